@@ -1,0 +1,33 @@
+# KIZUNA_CUDA=AUTO|ON|OFF -> KIZUNA_HAS_CUDA (0/1).
+# AUTO builds the CUDA backend when nvcc is found; OFF, or AUTO without nvcc,
+# prints one line and builds the CPU library. ON without nvcc is an error,
+# because the user asked for something we cannot build.
+set(KIZUNA_HAS_CUDA 0)
+if(KIZUNA_CUDA STREQUAL "OFF")
+  message(STATUS "kizuna: CUDA backend off (KIZUNA_CUDA=OFF)")
+elseif(KIZUNA_CUDA MATCHES "^(AUTO|ON)$")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+      set(CMAKE_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures" FORCE)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    # CMake 3.25 does not know nvcc's C++20 flag; nvcc (CUDA >= 12) does.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(KIZUNA_HAS_CUDA 1)
+    message(STATUS "kizuna: CUDA backend on (${CMAKE_CUDA_COMPILER}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
+  elseif(KIZUNA_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "kizuna: KIZUNA_CUDA=ON but no CUDA compiler was found; install CUDA or set KIZUNA_CUDA=AUTO")
+  else()
+    message(STATUS "kizuna: no nvcc found, building without the CUDA backend")
+  endif()
+else()
+  message(FATAL_ERROR "KIZUNA_CUDA='${KIZUNA_CUDA}': accepted values are AUTO, ON, OFF")
+endif()

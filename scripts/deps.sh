@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# scripts/deps.sh: install exactly the Debian packages kizuna needs that are
+# missing. Non-interactive; as root it runs apt-get, otherwise it prints the
+# one apt-get line to run and exits non-zero. Prints nothing when all is there.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  g++ make cmake pkg-config
+  # tests and benchmarks
+  catch2 libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+line="apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "kizuna needs these Debian packages: ${missing[*]}" >&2
+  echo "run as root:  apt-get update && $line" >&2
+  exit 1
+fi
+echo "kizuna: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

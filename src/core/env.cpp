@@ -1,0 +1,185 @@
+#include "core/env.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+
+#include "core/check.hpp"
+
+extern char** environ;
+
+namespace kizuna::core {
+namespace {
+
+constexpr std::string_view kPrefix = "KIZUNA_";
+
+std::string trim_lower(std::string_view text) {
+  std::string out;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Levenshtein distance, for "did you mean" on misspelt variable names.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Splits "1.5ms" into the number and the unit.
+std::pair<std::string, std::string> split_unit(const std::string& text) {
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  return {text.substr(0, i), text.substr(i)};
+}
+
+}  // namespace
+
+std::chrono::milliseconds parse_duration(std::string_view variable, std::string_view text) {
+  const std::string value = trim_lower(text);
+  const auto [number, unit] = split_unit(value);
+  double scale = -1;
+  if (unit.empty() || unit == "s" || unit == "sec") scale = 1000;
+  else if (unit == "ms") scale = 1;
+  else if (unit == "m" || unit == "min") scale = 60'000;
+  else if (unit == "h") scale = 3'600'000;
+  char* end = nullptr;
+  const double amount = number.empty() ? -1 : std::strtod(number.c_str(), &end);
+  const bool parsed = !number.empty() && end == number.c_str() + number.size();
+  if (scale < 0 || !parsed || !(amount > 0) || amount * scale > 1e12)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text,
+                 "' is not a duration; accepted: a positive number of seconds, or with a unit "
+                 "(500ms, 30s, 2m, 1h)");
+  return std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(amount * scale)));
+}
+
+std::uint64_t parse_size(std::string_view variable, std::string_view text) {
+  const std::string value = trim_lower(text);
+  const auto [number, unit] = split_unit(value);
+  std::uint64_t scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") scale = 1ull << 10;
+  else if (unit == "m" || unit == "mb" || unit == "mib") scale = 1ull << 20;
+  else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1ull << 30;
+  std::uint64_t amount = 0;
+  const auto result = std::from_chars(number.data(), number.data() + number.size(), amount);
+  const bool parsed = !number.empty() && result.ec == std::errc() &&
+                      result.ptr == number.data() + number.size();
+  if (scale == 0 || !parsed || amount > (~0ull) / scale)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text,
+                 "' is not a size; accepted: a number of bytes, or with K, M, G (binary "
+                 "multiples, e.g. 512K, 4MiB)");
+  return amount * scale;
+}
+
+bool parse_bool(std::string_view variable, std::string_view text) {
+  const std::string value = trim_lower(text);
+  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "no" || value == "off") return false;
+  KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text,
+               "' is not a boolean; accepted: 1/0, true/false, yes/no, on/off");
+}
+
+std::int64_t parse_int(std::string_view variable, std::string_view text, std::int64_t min,
+                       std::int64_t max) {
+  const std::string value = trim_lower(text);
+  std::int64_t out = 0;
+  const auto result = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (value.empty() || result.ec != std::errc() || result.ptr != value.data() + value.size() ||
+      out < min || out > max)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text,
+                 "' is not accepted; expected an integer in [", min, ", ", max, "]");
+  return out;
+}
+
+const std::vector<std::string_view>& Env::known_variables() {
+  static const std::vector<std::string_view> names{
+      "KIZUNA_LOG",
+      "KIZUNA_LOG_FILE",
+      "KIZUNA_TIMEOUT",
+      "KIZUNA_STORE_TIMEOUT",
+  };
+  return names;
+}
+
+Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
+  Env env;
+  if (auto v = lookup("KIZUNA_LOG")) {
+    try {
+      env.log_level = parse_log_level(trim_lower(*v));
+    } catch (const Error&) {
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_LOG='", *v,
+                   "' is not a log level; accepted: error, warn, info, debug, trace");
+    }
+  }
+  if (auto v = lookup("KIZUNA_LOG_FILE")) env.log_file = *v;
+  if (auto v = lookup("KIZUNA_TIMEOUT")) env.timeout = parse_duration("KIZUNA_TIMEOUT", *v);
+  if (auto v = lookup("KIZUNA_STORE_TIMEOUT"))
+    env.store_timeout = parse_duration("KIZUNA_STORE_TIMEOUT", *v);
+
+  const auto& known = known_variables();
+  for (const std::string& name : names) {
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    std::string_view closest;
+    std::size_t best = 4;  // suggest only names within 3 edits
+    for (std::string_view candidate : known) {
+      const std::size_t d = edit_distance(name, candidate);
+      if (d < best) best = d, closest = candidate;
+    }
+    std::string warning = "unknown environment variable " + name + " is ignored";
+    if (!closest.empty()) warning += " (did you mean " + std::string(closest) + "?)";
+    env.warnings.push_back(std::move(warning));
+  }
+  return env;
+}
+
+const Env& Env::get() {
+  static std::once_flag once;
+  static Env env;
+  static std::exception_ptr error;
+  std::call_once(once, [] {
+    try {
+      env = parse(process_lookup(), process_variable_names());
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  if (error) std::rethrow_exception(error);
+  return env;
+}
+
+Env::Lookup process_lookup() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+std::vector<std::string> process_variable_names() {
+  std::vector<std::string> names;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    names.emplace_back(text.substr(0, text.find('=')));
+  }
+  return names;
+}
+
+}  // namespace kizuna::core

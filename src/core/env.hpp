@@ -1,0 +1,65 @@
+// core/env.hpp: the one place where environment variables are read.
+//
+// Env holds every KIZUNA_* setting, parsed and validated together: a bad
+// value is an InvalidArgument naming the variable, the value and what is
+// accepted. Env::get() parses the process environment once (thread-safe) and
+// returns the same immutable object afterwards; if the environment is
+// invalid, every call rethrows the same error. Env::parse() takes any lookup
+// function, which is how the tests exercise every variable.
+//
+// Unknown KIZUNA_* names are not errors (other tools share the prefix), but
+// each becomes a warning, with the closest known name when there is one.
+//
+// docs/env.md lists every variable; a unit test checks the two agree.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/log.hpp"
+
+namespace kizuna::core {
+
+struct Env {
+  // Returns the value of a variable, or nullopt when it is unset.
+  using Lookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+  LogLevel log_level = LogLevel::Warn;                 // KIZUNA_LOG
+  std::string log_file;                                // KIZUNA_LOG_FILE ("" = stderr)
+  std::chrono::milliseconds timeout{300'000};          // KIZUNA_TIMEOUT
+  std::chrono::milliseconds store_timeout{60'000};     // KIZUNA_STORE_TIMEOUT
+
+  // Set variables whose names start with KIZUNA_ but that Env does not know,
+  // each as a ready-to-log sentence.
+  std::vector<std::string> warnings;
+
+  // Parses from `lookup`; `names` lists the set variable names (used only to
+  // find unknown KIZUNA_* names).
+  static Env parse(const Lookup& lookup, const std::vector<std::string>& names = {});
+  static const Env& get();
+
+  // Every variable Env reads, for docs and the consistency test.
+  static const std::vector<std::string_view>& known_variables();
+};
+
+// The process environment as a Lookup, and the names set in it.
+Env::Lookup process_lookup();
+std::vector<std::string> process_variable_names();
+
+// Value parsers shared with the tools. Each throws InvalidArgument naming
+// `variable` (an env var or a flag) and what it accepts.
+//   durations: "30" (seconds), "30s", "1.5s", "500ms", "2m"; must be > 0
+//   sizes: "4096", "64K", "64KiB", "1M", "1MiB", "2G" (binary multiples)
+//   booleans: 1/0, true/false, yes/no, on/off
+std::chrono::milliseconds parse_duration(std::string_view variable, std::string_view text);
+std::uint64_t parse_size(std::string_view variable, std::string_view text);
+bool parse_bool(std::string_view variable, std::string_view text);
+std::int64_t parse_int(std::string_view variable, std::string_view text, std::int64_t min,
+                       std::int64_t max);
+
+}  // namespace kizuna::core

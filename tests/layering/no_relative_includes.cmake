@@ -1,0 +1,16 @@
+# Fails when a file under src/, kernels/ or tools/ includes through "../",
+# which would bypass the per-layer include views.
+file(GLOB_RECURSE sources ${ROOT}/src/* ${ROOT}/kernels/* ${ROOT}/tools/*)
+set(bad "")
+foreach(f IN LISTS sources)
+  if(f MATCHES "\\.(c|cc|cpp|h|hpp|cu|cuh)$")
+    file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"\\.\\./")
+    if(lines)
+      list(APPEND bad "${f}: ${lines}")
+    endif()
+  endif()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "relative includes across layers:\n${bad}")
+endif()
+message(STATUS "no relative includes")

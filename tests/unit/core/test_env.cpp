@@ -1,0 +1,111 @@
+// Env: every variable, with good and bad values; and docs/env.md lists them all.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <kizuna/error.hpp>
+
+#include "core/env.hpp"
+
+using namespace kizuna;
+using namespace kizuna::core;
+using namespace std::chrono_literals;
+
+namespace {
+
+Env parse(std::map<std::string, std::string> vars) {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : vars) names.push_back(k);
+  return Env::parse(
+      [vars](const std::string& n) -> std::optional<std::string> {
+        auto it = vars.find(n);
+        if (it == vars.end()) return std::nullopt;
+        return it->second;
+      },
+      names);
+}
+
+std::string error_of(std::map<std::string, std::string> vars) {
+  try {
+    parse(std::move(vars));
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::InvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("Env defaults", "[env]") {
+  const Env env = parse({});
+  CHECK(env.log_level == LogLevel::Warn);
+  CHECK(env.log_file.empty());
+  CHECK(env.timeout == 300s);
+  CHECK(env.store_timeout == 60s);
+  CHECK(env.warnings.empty());
+}
+
+TEST_CASE("KIZUNA_LOG", "[env]") {
+  CHECK(parse({{"KIZUNA_LOG", "debug"}}).log_level == LogLevel::Debug);
+  CHECK(parse({{"KIZUNA_LOG", "ERROR"}}).log_level == LogLevel::Error);
+  CHECK(parse({{"KIZUNA_LOG", "trace"}}).log_level == LogLevel::Trace);
+  const std::string what = error_of({{"KIZUNA_LOG", "loud"}});
+  CHECK(what.find("KIZUNA_LOG='loud'") != std::string::npos);
+  CHECK(what.find("error, warn, info, debug, trace") != std::string::npos);
+}
+
+TEST_CASE("KIZUNA_LOG_FILE", "[env]") {
+  CHECK(parse({{"KIZUNA_LOG_FILE", "/tmp/kz-%r.log"}}).log_file == "/tmp/kz-%r.log");
+}
+
+TEST_CASE("KIZUNA_TIMEOUT and KIZUNA_STORE_TIMEOUT take durations", "[env]") {
+  CHECK(parse({{"KIZUNA_TIMEOUT", "30"}}).timeout == 30s);
+  CHECK(parse({{"KIZUNA_TIMEOUT", "1.5s"}}).timeout == 1500ms);
+  CHECK(parse({{"KIZUNA_TIMEOUT", "250ms"}}).timeout == 250ms);
+  CHECK(parse({{"KIZUNA_TIMEOUT", "2m"}}).timeout == 120s);
+  CHECK(parse({{"KIZUNA_STORE_TIMEOUT", "5"}}).store_timeout == 5s);
+  for (const char* bad : {"", "0", "-3", "soon", "10 parsecs", "1e400"}) {
+    CAPTURE(bad);
+    const std::string what = error_of({{"KIZUNA_TIMEOUT", bad}});
+    CHECK(what.find("KIZUNA_TIMEOUT='") != std::string::npos);
+    CHECK(what.find("positive number of seconds") != std::string::npos);
+  }
+  CHECK(error_of({{"KIZUNA_STORE_TIMEOUT", "x"}}).find("KIZUNA_STORE_TIMEOUT") != std::string::npos);
+}
+
+TEST_CASE("unknown KIZUNA_ variables warn with a suggestion", "[env]") {
+  const Env env = parse({{"KIZUNA_TIMOUT", "3"}, {"KIZUNA_ZZZZZZZZZZZZ", "1"}, {"OTHER", "1"}});
+  REQUIRE(env.warnings.size() == 2);
+  CHECK(env.warnings[0].find("KIZUNA_TIMOUT") != std::string::npos);
+  CHECK(env.warnings[0].find("did you mean KIZUNA_TIMEOUT?") != std::string::npos);
+  CHECK(env.warnings[1].find("did you mean") == std::string::npos);
+}
+
+TEST_CASE("value parsers", "[env]") {
+  CHECK(parse_size("X", "4096") == 4096);
+  CHECK(parse_size("X", "64K") == 65536);
+  CHECK(parse_size("X", "4MiB") == 4u << 20);
+  CHECK(parse_size("X", "1g") == 1u << 30);
+  CHECK_THROWS_AS(parse_size("X", "4Q"), Error);
+  CHECK_THROWS_AS(parse_size("X", "99999999999999999999"), Error);
+  CHECK(parse_bool("X", "on"));
+  CHECK_FALSE(parse_bool("X", "0"));
+  CHECK_THROWS_AS(parse_bool("X", "maybe"), Error);
+  CHECK(parse_int("X", "7", 0, 10) == 7);
+  CHECK_THROWS_AS(parse_int("X", "11", 0, 10), Error);
+  CHECK_THROWS_AS(parse_int("X", "7x", 0, 10), Error);
+}
+
+TEST_CASE("docs/env.md lists every variable Env reads", "[env]") {
+  std::ifstream in(std::string(KIZUNA_SOURCE_DIR) + "/docs/env.md");
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  for (std::string_view name : Env::known_variables()) {
+    CAPTURE(name);
+    CHECK(text.str().find("`" + std::string(name) + "`") != std::string::npos);
+  }
+}
