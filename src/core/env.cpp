@@ -114,6 +114,12 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_LOG_FILE",
       "KIZUNA_TIMEOUT",
       "KIZUNA_STORE_TIMEOUT",
+      "KIZUNA_STORE",
+      "KIZUNA_STORE_TOKEN",
+      "KIZUNA_ALGO",
+      "KIZUNA_SLICE_BYTES",
+      "KIZUNA_CHECK",
+      "KIZUNA_SOCKET_IFNAME",
   };
   return names;
 }
@@ -132,6 +138,29 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_TIMEOUT")) env.timeout = parse_duration("KIZUNA_TIMEOUT", *v);
   if (auto v = lookup("KIZUNA_STORE_TIMEOUT"))
     env.store_timeout = parse_duration("KIZUNA_STORE_TIMEOUT", *v);
+  if (auto v = lookup("KIZUNA_STORE_TOKEN")) env.store_token = *v;
+  if (auto v = lookup("KIZUNA_ALGO")) {
+    const std::string value = trim_lower(*v);
+    if (value == "auto") env.algo = Algo::Auto;
+    else if (value == "ring") env.algo = Algo::Ring;
+    else if (value == "tree") env.algo = Algo::Tree;
+    else
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_ALGO='", *v,
+                   "' is not an algorithm; accepted: auto, ring, tree");
+  }
+  if (auto v = lookup("KIZUNA_SLICE_BYTES")) {
+    env.slice_bytes = parse_size("KIZUNA_SLICE_BYTES", *v);
+    if (env.slice_bytes < 4096 || env.slice_bytes > (64u << 20))
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SLICE_BYTES='", *v,
+                   "' is out of range; accepted: 4K .. 64M");
+  }
+  if (auto v = lookup("KIZUNA_CHECK")) env.check = parse_bool("KIZUNA_CHECK", *v);
+  if (auto v = lookup("KIZUNA_SOCKET_IFNAME")) {
+    if (v->empty() || v->size() > 15)
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SOCKET_IFNAME='", *v,
+                   "' is not an interface name (1 to 15 characters, e.g. eth0)");
+    env.socket_ifname = *v;
+  }
 
   const auto& known = known_variables();
   for (const std::string& name : names) {

@@ -33,6 +33,14 @@ struct Env {
   std::string log_file;                                // KIZUNA_LOG_FILE ("" = stderr)
   std::chrono::milliseconds timeout{300'000};          // KIZUNA_TIMEOUT
   std::chrono::milliseconds store_timeout{60'000};     // KIZUNA_STORE_TIMEOUT
+  std::string store_token;                             // KIZUNA_STORE_TOKEN ("" = no auth)
+  // KIZUNA_STORE (host:port) is read with the launcher variables, in core/launch_env.
+
+  enum class Algo { Auto, Ring, Tree };
+  Algo algo = Algo::Auto;                              // KIZUNA_ALGO
+  std::uint64_t slice_bytes = 512 << 10;               // KIZUNA_SLICE_BYTES
+  bool check = false;                                  // KIZUNA_CHECK
+  std::string socket_ifname;                           // KIZUNA_SOCKET_IFNAME
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,
   // each as a ready-to-log sentence.

@@ -109,3 +109,23 @@ TEST_CASE("docs/env.md lists every variable Env reads", "[env]") {
     CHECK(text.str().find("`" + std::string(name) + "`") != std::string::npos);
   }
 }
+
+TEST_CASE("KIZUNA_STORE_TOKEN, KIZUNA_ALGO, KIZUNA_SLICE_BYTES, KIZUNA_CHECK, KIZUNA_SOCKET_IFNAME",
+          "[env]") {
+  CHECK(parse({{"KIZUNA_STORE_TOKEN", "s3cret"}}).store_token == "s3cret");
+  CHECK(parse({}).algo == Env::Algo::Auto);
+  CHECK(parse({{"KIZUNA_ALGO", "ring"}}).algo == Env::Algo::Ring);
+  CHECK(parse({{"KIZUNA_ALGO", "Tree"}}).algo == Env::Algo::Tree);
+  CHECK(error_of({{"KIZUNA_ALGO", "butterfly"}}).find("accepted: auto, ring, tree") !=
+        std::string::npos);
+  CHECK(parse({}).slice_bytes == 512 * 1024);
+  CHECK(parse({{"KIZUNA_SLICE_BYTES", "1M"}}).slice_bytes == 1 << 20);
+  CHECK(error_of({{"KIZUNA_SLICE_BYTES", "1"}}).find("4K .. 64M") != std::string::npos);
+  CHECK(error_of({{"KIZUNA_SLICE_BYTES", "lots"}}).find("KIZUNA_SLICE_BYTES") != std::string::npos);
+  CHECK_FALSE(parse({}).check);
+  CHECK(parse({{"KIZUNA_CHECK", "1"}}).check);
+  CHECK(error_of({{"KIZUNA_CHECK", "2"}}).find("KIZUNA_CHECK='2'") != std::string::npos);
+  CHECK(parse({{"KIZUNA_SOCKET_IFNAME", "eth0"}}).socket_ifname == "eth0");
+  CHECK(error_of({{"KIZUNA_SOCKET_IFNAME", "an-interface-name-too-long"}}).find("KIZUNA_SOCKET_IFNAME") !=
+        std::string::npos);
+}
