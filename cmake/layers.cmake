@@ -43,3 +43,10 @@ endfunction()
 function(kizuna_sees target layer)
   target_include_directories(${target} PRIVATE ${KIZUNA_LAYER_ROOT}/${layer})
 endfunction()
+
+# kizuna_layer_links(<layer> <imported targets>...): the layer compiles
+# against them and libkizuna links them.
+function(kizuna_layer_links layer)
+  target_link_libraries(kizuna_${layer} PUBLIC ${ARGN})
+  set_property(GLOBAL APPEND PROPERTY KIZUNA_LINK_LIBS ${ARGN})
+endfunction()
