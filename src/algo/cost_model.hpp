@@ -1,0 +1,34 @@
+// algo/cost_model.hpp: choosing ring or tree per call with an alpha-beta
+// model.
+//
+// A message of b bytes over a link costs alpha + b * beta. With N ranks and
+// an n-byte buffer (S = ceil(log2 N), the tree depth):
+//
+//   all-reduce ring   2(N-1) alpha + 2(N-1)/N n beta    bandwidth-optimal
+//   all-reduce tree   2(S+1) alpha + 2 n beta           fewer hops: small n, large N
+//   bcast/reduce chain   (N-1) alpha + n beta           pipelined: large n
+//   bcast/reduce binomial S alpha + S n beta            fewer hops: small n
+//
+// The transports supply alpha and beta (measured defaults per transport);
+// KIZUNA_ALGO=ring|tree bypasses the model.
+#pragma once
+
+#include <cstdint>
+
+#include "algo/schedule.hpp"
+
+namespace kizuna::algo {
+
+struct LinkModel {
+  double alpha_us = 25.0;              // per-message latency, microseconds
+  double beta_us_per_byte = 0.0005;    // inverse bandwidth (0.0005 us/B = 2 GB/s)
+};
+
+double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,
+                    const LinkModel& link);
+
+// The faster algorithm for this call under `link`; Ring for collectives
+// that have no tree form, and on ties.
+Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const LinkModel& link);
+
+}  // namespace kizuna::algo

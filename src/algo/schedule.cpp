@@ -1,0 +1,97 @@
+#include "algo/schedule.hpp"
+
+#include <sstream>
+
+#include "algo/builder.hpp"
+#include "core/check.hpp"
+
+namespace kizuna::algo {
+
+std::string_view name(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::AllGather: return "all_gather";
+    case Collective::ReduceScatter: return "reduce_scatter";
+    case Collective::Broadcast: return "broadcast";
+    case Collective::Reduce: return "reduce";
+    case Collective::Barrier: return "barrier";
+  }
+  return "unknown";
+}
+
+std::string_view name(Algorithm a) { return a == Algorithm::Ring ? "ring" : "tree"; }
+
+std::string_view name(StepOp op) {
+  switch (op) {
+    case StepOp::Send: return "send";
+    case StepOp::Recv: return "recv";
+    case StepOp::RecvReduce: return "recv_reduce";
+    case StepOp::RecvReduceSend: return "recv_reduce_send";
+    case StepOp::RecvCopySend: return "recv_copy_send";
+    case StepOp::Copy: return "copy";
+  }
+  return "unknown";
+}
+
+namespace {
+const char* buffer_name(Buffer b) {
+  switch (b) {
+    case Buffer::Input: return "in";
+    case Buffer::Output: return "out";
+    case Buffer::Scratch: return "scratch";
+  }
+  return "?";
+}
+}  // namespace
+
+std::string describe(const Step& s) {
+  std::ostringstream out;
+  out << name(s.op);
+  if (s.recv_peer >= 0) out << " from " << s.recv_peer;
+  if (s.sends()) out << " to " << s.send_peer;
+  if (s.op != StepOp::Recv && s.op != StepOp::RecvCopySend)
+    out << " " << buffer_name(s.src) << "[" << s.src_offset << "]";
+  if (s.op != StepOp::Send) out << " -> " << buffer_name(s.dst) << "[" << s.dst_offset << "]";
+  out << " x" << s.count;
+  return out.str();
+}
+
+RankSchedule make_schedule(const ScheduleRequest& req) {
+  KIZUNA_CHECK_ARG(req.world_size >= 1, "world size ", req.world_size, " must be at least 1");
+  KIZUNA_CHECK_ARG(req.rank >= 0 && req.rank < req.world_size, "rank ", req.rank,
+                   " is out of range for world size ", req.world_size);
+  KIZUNA_CHECK_ARG(req.elem_size > 0, "element size must be positive");
+  RankSchedule out;
+  out.request = req;
+  out.algorithm = req.algorithm;
+  switch (req.collective) {
+    case Collective::AllReduce:
+      if (req.algorithm == Algorithm::Tree) tree_all_reduce(req, out);
+      else ring_all_reduce(req, out);
+      break;
+    case Collective::AllGather:
+      out.algorithm = Algorithm::Ring;
+      ring_all_gather(req, out);
+      break;
+    case Collective::ReduceScatter:
+      out.algorithm = Algorithm::Ring;
+      ring_reduce_scatter(req, out);
+      break;
+    case Collective::Broadcast:
+    case Collective::Reduce: {
+      KIZUNA_CHECK_ARG(req.root >= 0 && req.root < req.world_size, "root ", req.root,
+                       " is out of range for world size ", req.world_size);
+      const bool bcast = req.collective == Collective::Broadcast;
+      if (req.algorithm == Algorithm::Tree) bcast ? binomial_broadcast(req, out) : binomial_reduce(req, out);
+      else bcast ? chain_broadcast(req, out) : chain_reduce(req, out);
+      break;
+    }
+    case Collective::Barrier:
+      out.algorithm = Algorithm::Ring;
+      dissemination_barrier(req, out);
+      break;
+  }
+  return out;
+}
+
+}  // namespace kizuna::algo

@@ -1,0 +1,104 @@
+// algo/schedule.hpp: a collective algorithm as data.
+//
+// A schedule is, for one rank, an ordered list of steps over element ranges
+// of three buffers, built from NCCL's primitives:
+//
+//   Send            send src[range] to send_peer
+//   Recv            dst[range] = message from recv_peer
+//   RecvReduce      dst[range] = src[range] op message
+//   RecvReduceSend  dst[range] = src[range] op message; send dst[range]
+//   RecvCopySend    dst[range] = message;               send dst[range]
+//   Copy            dst[range] = src[range]             (local, no message)
+//
+// Buffers: Input (the caller's send buffer, read only), Output (the caller's
+// receive buffer) and Scratch (owned by the executor, scratch_count elements).
+// When a collective runs in place, Input and Output alias, and a Copy whose
+// source and destination coincide is a no-op.
+//
+// Messages between a pair of ranks are matched by order: the k-th send from
+// A to B in a collective is the k-th receive at B from A, and carries
+// exactly the step's count of elements (executors check both). Sends are
+// asynchronous: a rank never waits for a send to be received before going on
+// to its next step, except where it would overwrite the data still being
+// sent. Every generator here produces schedules that cannot deadlock under
+// that rule; the simulator (algo/simulator.hpp) checks it for every shape.
+//
+// Schedules know nothing of sockets, shared memory or threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kizuna::algo {
+
+enum class Collective : std::uint8_t {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  Broadcast,
+  Reduce,
+  Barrier,
+};
+
+// Ring: ring all-reduce / all-gather / reduce-scatter, pipelined chain for
+// broadcast and reduce. Tree: double binary tree all-reduce, binomial tree
+// broadcast and reduce. Collectives that have no tree form run as Ring.
+enum class Algorithm : std::uint8_t { Ring, Tree };
+
+enum class StepOp : std::uint8_t { Send, Recv, RecvReduce, RecvReduceSend, RecvCopySend, Copy };
+
+enum class Buffer : std::uint8_t { Input, Output, Scratch };
+
+std::string_view name(Collective c);
+std::string_view name(Algorithm a);
+std::string_view name(StepOp op);
+
+struct Step {
+  StepOp op = StepOp::Send;
+  Buffer src = Buffer::Input;
+  Buffer dst = Buffer::Output;
+  std::int32_t recv_peer = -1;
+  std::int32_t send_peer = -1;
+  std::uint64_t src_offset = 0;  // elements
+  std::uint64_t dst_offset = 0;  // elements
+  std::uint64_t count = 0;       // elements
+
+  bool receives() const { return op != StepOp::Send && op != StepOp::Copy; }
+  bool sends() const {
+    return op == StepOp::Send || op == StepOp::RecvReduceSend || op == StepOp::RecvCopySend;
+  }
+  // The buffer and offset a step sends from (dst for the forwarding ops).
+  Buffer send_buffer() const { return op == StepOp::Send ? src : dst; }
+  std::uint64_t send_offset() const { return op == StepOp::Send ? src_offset : dst_offset; }
+};
+
+struct ScheduleRequest {
+  Collective collective = Collective::AllReduce;
+  Algorithm algorithm = Algorithm::Ring;
+  int world_size = 1;
+  int rank = 0;
+  int root = 0;              // Broadcast and Reduce
+  std::uint64_t count = 0;   // elements: per rank for AllGather (input) and ReduceScatter (output)
+  std::uint64_t elem_size = 4;
+  std::uint64_t slice_bytes = 512 << 10;  // pipelining unit
+};
+
+struct RankSchedule {
+  ScheduleRequest request;
+  Algorithm algorithm = Algorithm::Ring;  // the one actually used
+  std::uint64_t input_count = 0;          // elements the Input buffer holds
+  std::uint64_t output_count = 0;         // elements the Output buffer holds
+  std::uint64_t scratch_count = 0;        // elements of Scratch the executor must provide
+  std::vector<Step> steps;
+};
+
+// The schedule of `request.rank`. Throws InvalidArgument for a bad request
+// (world < 1, rank or root out of range, elem_size 0).
+RankSchedule make_schedule(const ScheduleRequest& request);
+
+// One line per step, for logs and test failures.
+std::string describe(const Step& step);
+
+}  // namespace kizuna::algo

@@ -1,0 +1,18 @@
+#include <catch2/catch.hpp>
+
+#include "algo/cost_model.hpp"
+
+using namespace kizuna::algo;
+
+TEST_CASE("the cost model picks tree for small messages on many ranks, ring for large", "[cost]") {
+  const LinkModel tcp;  // 25 us, 2 GB/s
+  CHECK(choose_algorithm(Collective::AllReduce, 4, 8, tcp) == Algorithm::Tree);
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 8, tcp) == Algorithm::Ring);
+  // two ranks: a tree is never better than the ring
+  for (std::uint64_t bytes : {4ull, 1ull << 10, 1ull << 20, 1ull << 26})
+    CHECK(choose_algorithm(Collective::AllReduce, bytes, 2, tcp) == Algorithm::Ring);
+  CHECK(choose_algorithm(Collective::Broadcast, 4, 16, tcp) == Algorithm::Tree);
+  CHECK(choose_algorithm(Collective::Broadcast, 64 << 20, 16, tcp) == Algorithm::Ring);
+  CHECK(choose_algorithm(Collective::AllGather, 4, 16, tcp) == Algorithm::Ring);
+  CHECK(predicted_us(Collective::AllReduce, Algorithm::Ring, 1 << 20, 1, tcp) == 0.0);
+}
