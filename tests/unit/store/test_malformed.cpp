@@ -1,0 +1,169 @@
+// Untrusted input: frames the server cannot parse close that connection,
+// with a logged reason, and every other client is served as before.
+#include <catch2/catch.hpp>
+
+#include <kizuna/tcp_store.hpp>
+#include <kizuna/tcp_store_server.hpp>
+
+#include <random>
+
+#include "store/wire.hpp"
+#include "store_test_util.hpp"
+
+using namespace kizuna;
+using namespace kizuna::test;
+using namespace std::chrono_literals;
+namespace wire = kizuna::store::wire;
+
+namespace {
+
+wire::Bytes header_bytes(std::uint8_t version, std::uint8_t op, std::uint32_t body_bytes) {
+  wire::Bytes out(wire::kHeaderBytes);
+  wire::Header h;
+  h.version = version;
+  h.op = static_cast<wire::Op>(op);
+  h.id = 1;
+  h.body_bytes = body_bytes;
+  wire::encode_header(h, out.data());
+  return out;
+}
+
+wire::Bytes valid_set(const std::string& key, const std::string& value) {
+  wire::Request r;
+  r.op = wire::Op::Set;
+  r.id = 1;
+  r.keys = {key};
+  r.values = {wire::Bytes(value.begin(), value.end())};
+  wire::Bytes out;
+  wire::encode(r, out);
+  return out;
+}
+
+struct Case {
+  const char* name;
+  wire::Bytes bytes;
+  bool then_shutdown;  // send EOF after the bytes (a truncated frame)
+};
+
+std::vector<Case> malformed_cases() {
+  std::vector<Case> cases;
+  std::mt19937 rng(1234);
+  wire::Bytes random(1000);
+  for (auto& byte : random) byte = static_cast<std::uint8_t>(rng());
+  random[0] = 'x';  // never the magic's first byte
+  cases.push_back({"random bytes", random, false});
+  const std::string http = "GET / HTTP/1.1\r\nHost: store\r\n\r\n";
+  cases.push_back({"bad magic", wire::Bytes(http.begin(), http.end()), false});
+  cases.push_back({"bad version", header_bytes(9, 16, 0), false});
+  cases.push_back({"huge length", header_bytes(wire::kVersion, 16, 0xffffffffu), false});
+  cases.push_back({"unknown opcode", header_bytes(wire::kVersion, 99, 0), false});
+  wire::Bytes truncated = valid_set("key", std::string(100, 'v'));
+  truncated.resize(truncated.size() - 50);
+  cases.push_back({"truncated frame", truncated, true});
+  // A well-formed header whose body lies: a key length past the end.
+  wire::Bytes lying = header_bytes(wire::kVersion, 16, 8);
+  for (std::uint8_t b : wire::Bytes{0xff, 0xff, 0x00, 0x00, 'k', 'e', 'y', '!'}) lying.push_back(b);
+  cases.push_back({"key length past the body", lying, false});
+  wire::Bytes trailing = valid_set("k", "v");
+  trailing[12] += 3;  // claim three more body bytes than the fields use
+  for (int i = 0; i < 3; ++i) trailing.push_back(0);
+  cases.push_back({"trailing bytes", trailing, false});
+  wire::Bytes as_reply = valid_set("k", "v");
+  as_reply[6] = 1;  // a request with a status
+  cases.push_back({"status in a request", as_reply, false});
+  cases.push_back({"hello sent to the server", header_bytes(wire::kVersion, 1, 0), false});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("malformed frames close that connection; the server serves the others", "[malformed]") {
+  TcpStoreOptions so;
+  so.port = 0;
+  so.token = "";
+  TcpStoreServer server(so);
+  TcpStoreOptions co;
+  co.port = server.port();
+  co.token = "";
+  TcpStore bystander(co);  // connected before, used after each attack
+  bystander.set("before", std::string_view("1"));
+
+  for (const Case& c : malformed_cases()) {
+    SECTION(c.name) {
+      RawSocket raw(server.port());
+      raw.read_exactly(wire::kHeaderBytes + 1);  // the server's hello
+      raw.send(c.bytes);  // may fail half-way once the server has closed
+      if (c.then_shutdown) raw.shutdown_write();
+      bool closed = false;
+      const auto got = raw.read_until_closed(closed);
+      CHECK(closed);
+      CHECK(got.empty());  // closed without an answer
+      CHECK(bystander.get_string("before") == "1");
+      bystander.add("served", 1);
+      TcpStore newcomer(co);
+      CHECK(newcomer.add("served", 1) == 2);
+      CHECK(eventually([&] { return server.num_connections() == 2; }));
+    }
+  }
+}
+
+TEST_CASE("a frame that stalls half-way is dropped after the store timeout", "[malformed]") {
+  TcpStoreOptions so;
+  so.port = 0;
+  so.token = "";
+  so.timeout = 300ms;
+  TcpStoreServer server(so);
+  RawSocket raw(server.port());
+  wire::Bytes half = valid_set("key", "value");
+  half.resize(half.size() - 3);
+  REQUIRE(raw.send(half));
+  bool closed = false;
+  raw.read_until_closed(closed);
+  CHECK(closed);
+}
+
+TEST_CASE("pipelined requests are answered in order", "[malformed]") {
+  TcpStoreOptions so;
+  so.port = 0;
+  so.token = "";
+  TcpStoreServer server(so);
+  RawSocket raw(server.port());
+  raw.read_exactly(wire::kHeaderBytes + 1);  // hello
+  // A held get first, then a set that releases it, all in one write.
+  wire::Bytes frames;
+  wire::Request get;
+  get.op = wire::Op::Get;
+  get.id = 7;
+  get.keys = {"p"};
+  get.timeout_ms = 60'000;
+  wire::encode(get, frames);
+  TcpStoreOptions co;
+  co.port = server.port();
+  co.token = "";
+  TcpStore other(co);
+  REQUIRE(raw.send(frames));
+  REQUIRE(eventually([&] { return server.num_waiters() == 1; }));
+  wire::Bytes more;
+  wire::Request ping;
+  ping.op = wire::Op::Ping;
+  ping.id = 8;
+  wire::encode(ping, more);
+  REQUIRE(raw.send(more));  // queued behind the held get
+  other.set("p", std::string_view("released"));
+  const auto replies = raw.read_exactly(wire::kHeaderBytes + 4 + 8 + wire::kHeaderBytes);
+  wire::FrameReader reader(1 << 20);
+  auto space = reader.prepare(replies.size());
+  std::copy(replies.begin(), replies.end(), space.begin());
+  reader.commit(replies.size());
+  wire::Header h;
+  std::span<const std::uint8_t> body;
+  std::string error;
+  REQUIRE(reader.next(h, body, error) == wire::FrameReader::Result::Frame);
+  CHECK(h.id == 7);
+  wire::Reply reply;
+  REQUIRE(wire::decode(h, body, wire::Limits{}, reply, error));
+  CHECK(reply.values.at(0) == wire::Bytes{'r', 'e', 'l', 'e', 'a', 's', 'e', 'd'});
+  REQUIRE(reader.next(h, body, error) == wire::FrameReader::Result::Frame);
+  CHECK(h.id == 8);
+  CHECK(h.op == wire::Op::Ping);
+}
