@@ -1,0 +1,94 @@
+// kizuna/comm.hpp: a communicator, the group of ranks that run collectives
+// together (NCCL's ncclComm_t, torch.distributed's process group).
+//
+// Creation is collective: every rank calls create() with the same store and
+// name, its own rank and the same world size; it returns once every rank
+// is connected (or throws after setup_timeout). from_env() does the same
+// from the launcher's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...; see
+// docs/env.md).
+//
+// Collectives: every call returns a Work at once and is queued; one worker
+// thread per communicator runs the queue in call order, so every rank must
+// make the same collective calls in the same order (KIZUNA_CHECK=1 verifies
+// it). Buffers must stay valid and untouched until the Work is done.
+// Counts are elements. Out-of-place and in-place (send == recv; for
+// all_gather send == recv + rank * count; for reduce_scatter
+// recv == send + rank * count) are both supported. ReduceOp::Avg is for
+// floating types only.
+//
+// Argument errors (null buffer with count > 0, root out of range, Avg on
+// integers) throw InvalidArgument at the call, before anything is sent. A
+// failure while running (a peer lost, a timeout, a mismatch) fails that
+// Work and every later one: the communicator is then unusable and says so;
+// create a new one. abort() fails everything pending at once.
+//
+// Threading: calls may come from any thread; their order of arrival is the
+// order of execution. Destruction waits for queued work to finish.
+#pragma once
+
+#include <kizuna/comm_options.hpp>
+#include <kizuna/error.hpp>
+#include <kizuna/types.hpp>
+#include <kizuna/work.hpp>
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <string>
+
+namespace kizuna {
+
+class Communicator {
+ public:
+  static std::shared_ptr<Communicator> create(const CommOptions& options);
+  static std::shared_ptr<Communicator> from_env();
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  const std::string& name() const;
+
+  Work all_reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+  Work all_reduce(void* buffer, std::size_t count, DataType dtype, ReduceOp op) {
+    return all_reduce(buffer, buffer, count, dtype, op);
+  }
+  // recv is significant on every rank; send only on the root.
+  Work broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root);
+  Work broadcast(void* buffer, std::size_t count, DataType dtype, int root) {
+    return broadcast(buffer, buffer, count, dtype, root);
+  }
+  // recv is significant only on the root (it may be null elsewhere).
+  Work reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root);
+  // recv holds size() * send_count elements, rank r's block at r * send_count.
+  Work all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype);
+  // send holds size() * recv_count elements; rank r receives block r reduced.
+  Work reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
+                      ReduceOp op);
+  Work barrier();
+  // Point to point: matched in order between each pair of ranks.
+  Work send(const void* buffer, std::size_t count, DataType dtype, int peer);
+  Work recv(void* buffer, std::size_t count, DataType dtype, int peer);
+
+  // A sub-communicator of the ranks that pass the same color, ordered by
+  // (key, rank); like MPI_Comm_split and ncclCommSplit. Collective over
+  // this communicator. A negative color takes no part and gets nullptr.
+  std::shared_ptr<Communicator> split(int color, int key);
+
+  // Fails every pending and queued collective with Aborted and closes the
+  // connections. Any thread; returns at once.
+  void abort(const std::string& reason = "abort() called");
+
+  // The error that made the communicator unusable, or nullptr.
+  std::exception_ptr async_error() const;
+
+  struct Impl;
+  explicit Communicator(std::shared_ptr<Impl> impl);
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kizuna

@@ -1,0 +1,40 @@
+// kizuna/comm_options.hpp: how to create a Communicator.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace kizuna {
+
+class Store;
+
+// The all-reduce algorithm (and, for broadcast and reduce, Ring = pipelined
+// chain, Tree = binomial tree). Auto: KIZUNA_ALGO, else the cost model
+// chooses per call.
+enum class Algorithm { Auto, Ring, Tree };
+
+struct CommOptions {
+  // The rendezvous store; every rank of the communicator uses the same one.
+  std::shared_ptr<Store> store;
+  int rank = -1;
+  int world_size = -1;
+  // Keys of this communicator live under "<name>/" in the store. Ranks must
+  // agree; empty: "kizuna/comm<N>", N counting the communicators this
+  // process has created from that store (the same on every rank when every
+  // rank creates its communicators in the same order).
+  std::string name;
+  // Deadline of every collective; 0: KIZUNA_TIMEOUT (default 300 s).
+  std::chrono::milliseconds timeout{0};
+  // Deadline of set-up (rendezvous and connections); 0: KIZUNA_STORE_TIMEOUT.
+  std::chrono::milliseconds setup_timeout{0};
+  Algorithm algorithm = Algorithm::Auto;
+  // Pipelining unit in bytes; 0: KIZUNA_SLICE_BYTES (default 512 KiB).
+  std::uint64_t slice_bytes = 0;
+  // Exchange call fingerprints before each collective; unset: KIZUNA_CHECK.
+  std::optional<bool> check;
+};
+
+}  // namespace kizuna

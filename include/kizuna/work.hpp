@@ -1,0 +1,51 @@
+// kizuna/work.hpp: the handle of one queued collective.
+//
+// Every collective returns a Work at once; the communicator's worker runs
+// collectives in call order. A Work finishes exactly once, with success or
+// with an exception (after PyTorch c10d's Work): wait() rethrows it,
+// error() returns it. Works are cheap shared handles: copies refer to the
+// same operation.
+//
+// wait() blocks until the collective has finished, for at most the timeout
+// given (or forever without one: the collective's own deadline,
+// KIZUNA_TIMEOUT, still bounds it). If the collective has not started yet and
+// is next in line, the waiting thread runs it itself rather than hand it to
+// the worker and sleep: a blocking call costs no thread switch.
+//
+// on_complete(fn) runs fn once the Work has finished: on the thread that
+// finished it, or at once if it already has. fn must not block.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+
+namespace kizuna {
+
+namespace detail {
+struct WorkState;
+}
+
+class Work {
+ public:
+  Work() = default;  // an empty Work is done
+  explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+
+  bool done() const;
+  // Waits and rethrows the collective's error, if any.
+  void wait() const;
+  // Waits at most `timeout`; returns false if the Work has not finished by
+  // then (the collective goes on), true if it has, rethrowing its error.
+  bool wait(std::chrono::milliseconds timeout) const;
+  // nullptr while running or after success.
+  std::exception_ptr error() const;
+  void on_complete(std::function<void(const Work&)> fn) const;
+
+  const std::shared_ptr<detail::WorkState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+}  // namespace kizuna

@@ -1,0 +1,244 @@
+// The C ABI (include/kizuna/kizuna.h): a thin layer over Communicator that
+// turns exceptions into kzResult_t and keeps each thread's last message.
+#include <kizuna/comm.hpp>
+#include <kizuna/config.hpp>
+#include <kizuna/kizuna.h>
+#include <kizuna/tcp_store.hpp>
+
+#include <string>
+
+#include "core/check.hpp"
+#include "core/launch_env.hpp"
+
+struct kzComm {
+  std::shared_ptr<kizuna::Communicator> comm;
+};
+
+namespace {
+
+using kizuna::DataType;
+using kizuna::ErrorCode;
+using kizuna::ReduceOp;
+
+thread_local std::string g_last_error;
+
+kzResult_t to_result(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::InvalidArgument: return kzInvalidArgument;
+    case ErrorCode::Timeout: return kzTimeout;
+    case ErrorCode::PeerLost: return kzPeerLost;
+    case ErrorCode::Mismatch: return kzMismatch;
+    case ErrorCode::SystemError: return kzSystemError;
+    case ErrorCode::CudaError: return kzCudaError;
+    case ErrorCode::Aborted: return kzAborted;
+    case ErrorCode::Internal: return kzInternalError;
+  }
+  return kzInternalError;
+}
+
+// Runs fn, mapping every exception to a result and remembering its message.
+template <typename Fn>
+kzResult_t guarded(Fn&& fn) {
+  try {
+    fn();
+    return kzSuccess;
+  } catch (const kizuna::Error& e) {
+    g_last_error = e.what();
+    return to_result(e.code());
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return kzInternalError;
+  } catch (...) {
+    g_last_error = "unknown exception";
+    return kzInternalError;
+  }
+}
+
+kizuna::Communicator& comm_of(kzComm_t comm) {
+  KIZUNA_CHECK_ARG(comm != nullptr && comm->comm != nullptr, "communicator is NULL");
+  return *comm->comm;
+}
+
+DataType dtype_of(kzDataType_t t) {
+  KIZUNA_CHECK_ARG(t >= 0 && t < kzNumTypes, "invalid kzDataType_t ", static_cast<int>(t));
+  return static_cast<DataType>(t);
+}
+
+ReduceOp op_of(kzRedOp_t op) {
+  KIZUNA_CHECK_ARG(op >= 0 && op < kzNumOps, "invalid kzRedOp_t ", static_cast<int>(op));
+  return static_cast<ReduceOp>(op);
+}
+
+void host_only(kzStream_t stream) {
+  KIZUNA_CHECK_ARG(stream == nullptr,
+                   KIZUNA_HAS_CUDA ? "device buffers with a CUDA stream are not supported by this "
+                                     "communicator's CPU backend; pass stream = NULL for host memory"
+                                   : "this libkizuna was built without CUDA; pass stream = NULL "
+                                     "for host memory");
+}
+
+}  // namespace
+
+extern "C" {
+
+kzResult_t kzGetVersion(int* version) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(version != nullptr, "version is NULL");
+    *version = KIZUNA_VERSION_CODE;
+  });
+}
+
+kzResult_t kzCommInitFromEnv(kzComm_t* comm) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(comm != nullptr, "comm is NULL");
+    *comm = new kzComm{kizuna::Communicator::from_env()};
+  });
+}
+
+kzResult_t kzCommInitRank(kzComm_t* comm, int nranks, const char* store, int rank) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(comm != nullptr, "comm is NULL");
+    KIZUNA_CHECK_ARG(store != nullptr, "store address is NULL");
+    KIZUNA_CHECK_ARG(nranks >= 1, "nranks is ", nranks);
+    KIZUNA_CHECK_ARG(rank >= 0 && rank < nranks, "rank ", rank, " is out of range for ", nranks, " ranks");
+    kizuna::TcpStoreOptions options;
+    kizuna::core::split_host_port("store", store, options.host, options.port);
+    KIZUNA_CHECK_ARG(options.port > 0, "store '", store, "': port 0 cannot be shared; pick a port");
+    options.is_server = rank == 0;
+    kizuna::CommOptions co;
+    co.store = std::make_shared<kizuna::TcpStore>(options);
+    co.rank = rank;
+    co.world_size = nranks;
+    *comm = new kzComm{kizuna::Communicator::create(co)};
+  });
+}
+
+kzResult_t kzCommDestroy(kzComm_t comm) {
+  return guarded([&] { delete comm; });
+}
+
+kzResult_t kzCommAbort(kzComm_t comm) {
+  return guarded([&] {
+    comm_of(comm).abort("kzCommAbort");
+    delete comm;
+  });
+}
+
+kzResult_t kzCommSplit(kzComm_t comm, int color, int key, kzComm_t* newcomm) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(newcomm != nullptr, "newcomm is NULL");
+    auto sub = comm_of(comm).split(color, key);
+    *newcomm = sub ? new kzComm{std::move(sub)} : nullptr;
+  });
+}
+
+kzResult_t kzCommCount(const kzComm_t comm, int* count) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(count != nullptr, "count is NULL");
+    *count = comm_of(comm).size();
+  });
+}
+
+kzResult_t kzCommUserRank(const kzComm_t comm, int* rank) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(rank != nullptr, "rank is NULL");
+    *rank = comm_of(comm).rank();
+  });
+}
+
+kzResult_t kzCommGetAsyncError(kzComm_t comm, kzResult_t* async_error) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(async_error != nullptr, "async_error is NULL");
+    *async_error = kzSuccess;
+    if (auto e = comm_of(comm).async_error()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const kizuna::Error& err) {
+        *async_error = to_result(err.code());
+        g_last_error = err.what();
+      }
+    }
+  });
+}
+
+const char* kzGetErrorString(kzResult_t result) {
+  switch (result) {
+    case kzSuccess: return "success";
+    case kzInvalidArgument: return "invalid argument";
+    case kzTimeout: return "timed out";
+    case kzPeerLost: return "a peer was lost";
+    case kzMismatch: return "ranks made mismatched calls";
+    case kzSystemError: return "system error";
+    case kzCudaError: return "CUDA error";
+    case kzAborted: return "aborted";
+    case kzInternalError: return "internal error";
+    default: return "unknown result code";
+  }
+}
+
+const char* kzGetLastError(kzComm_t) { return g_last_error.c_str(); }
+
+kzResult_t kzAllReduce(const void* sendbuff, void* recvbuff, size_t count, kzDataType_t datatype,
+                       kzRedOp_t op, kzComm_t comm, kzStream_t stream) {
+  return guarded([&] {
+    host_only(stream);
+    comm_of(comm).all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op)).wait();
+  });
+}
+
+kzResult_t kzBroadcast(const void* sendbuff, void* recvbuff, size_t count, kzDataType_t datatype,
+                       int root, kzComm_t comm, kzStream_t stream) {
+  return guarded([&] {
+    host_only(stream);
+    comm_of(comm).broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root).wait();
+  });
+}
+
+kzResult_t kzReduce(const void* sendbuff, void* recvbuff, size_t count, kzDataType_t datatype,
+                    kzRedOp_t op, int root, kzComm_t comm, kzStream_t stream) {
+  return guarded([&] {
+    host_only(stream);
+    comm_of(comm).reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root).wait();
+  });
+}
+
+kzResult_t kzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                       kzDataType_t datatype, kzComm_t comm, kzStream_t stream) {
+  return guarded([&] {
+    host_only(stream);
+    comm_of(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype)).wait();
+  });
+}
+
+kzResult_t kzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                           kzDataType_t datatype, kzRedOp_t op, kzComm_t comm, kzStream_t stream) {
+  return guarded([&] {
+    host_only(stream);
+    comm_of(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op)).wait();
+  });
+}
+
+kzResult_t kzSend(const void* sendbuff, size_t count, kzDataType_t datatype, int peer, kzComm_t comm,
+                  kzStream_t stream) {
+  return guarded([&] {
+    host_only(stream);
+    comm_of(comm).send(sendbuff, count, dtype_of(datatype), peer).wait();
+  });
+}
+
+kzResult_t kzRecv(void* recvbuff, size_t count, kzDataType_t datatype, int peer, kzComm_t comm,
+                  kzStream_t stream) {
+  return guarded([&] {
+    host_only(stream);
+    comm_of(comm).recv(recvbuff, count, dtype_of(datatype), peer).wait();
+  });
+}
+
+kzResult_t kzBarrier(kzComm_t comm, kzStream_t stream) {
+  return guarded([&] {
+    host_only(stream);
+    comm_of(comm).barrier().wait();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,548 @@
+// Communicator: the queue, the worker, fault handling and the collective
+// entry points. Schedules come from algo/, bytes move through the executor
+// over the links that bootstrap opened.
+#include <kizuna/comm.hpp>
+#include <kizuna/store.hpp>
+#include <kizuna/tcp_store.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "algo/cost_model.hpp"
+#include "algo/schedule.hpp"
+#include "comm/bootstrap.hpp"
+#include "comm/executor.hpp"
+#include "comm/fingerprint.hpp"
+#include "comm/work_state.hpp"
+#include "core/check.hpp"
+#include "core/env.hpp"
+#include "core/launch_env.hpp"
+#include "core/log.hpp"
+#include "core/reduce.hpp"
+#include "transport/tcp/interface.hpp"
+
+namespace kizuna {
+
+using Clock = std::chrono::steady_clock;
+using algo::Collective;
+
+namespace {
+
+// Sequence-number spaces of message tags: collectives count up from 1;
+// point-to-point and KIZUNA_CHECK's fingerprints have their own spaces so
+// they never disturb the collectives' agreement on sequence numbers.
+constexpr std::uint64_t kCheckTag = 1ull << 62;
+constexpr std::uint64_t kP2pTag = 1ull << 63;
+
+// How long a failing rank spends telling its peers why.
+constexpr std::chrono::milliseconds kAbortGrace{300};
+
+std::string default_name(const Store* store) {
+  static std::mutex mutex;
+  static std::map<const Store*, int> created;
+  std::lock_guard lock(mutex);
+  return "kizuna/comm" + std::to_string(created[store]++);
+}
+
+// The address to listen on: KIZUNA_SOCKET_IFNAME's, else the one that
+// routes to the store's host (a TcpStore's, else MASTER_ADDR's), else loopback.
+std::string choose_local_address(Store* store) {
+  const core::Env& env = core::Env::get();
+  std::string towards;
+  if (const auto* tcp = dynamic_cast<const TcpStore*>(store)) towards = tcp->host();
+  if (towards.empty() || towards == "*" || towards == "0.0.0.0")
+    towards = core::LaunchEnv::from_process().store_host;
+  if (towards.empty() || towards == "*" || towards == "0.0.0.0") towards = "127.0.0.1";
+  return transport::local_address_for(towards, env.socket_ifname);
+}
+
+}  // namespace
+
+struct Task {
+  enum class Kind { Collective, Send, Recv };
+  Kind kind = Kind::Collective;
+  Collective collective = Collective::AllReduce;
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;  // root, or the peer of a send/recv
+  std::uint64_t seq = 0;
+  std::shared_ptr<detail::WorkState> work;
+};
+
+struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
+  CommOptions options;
+  int rank = 0;
+  int world = 1;
+  std::string name;
+  std::chrono::milliseconds timeout{};
+  Algorithm algo_override = Algorithm::Auto;
+  std::uint64_t slice_bytes = 0;
+  bool check = false;
+  algo::LinkModel link_model;
+
+  comm::Topology topology;
+  std::vector<std::unique_ptr<transport::Link>> links;
+  std::unique_ptr<comm::Executor> executor;
+  std::vector<unsigned char> scratch;
+  std::vector<std::uint64_t> p2p_sent, p2p_received;
+
+  // Queue: tasks in call order, run by the worker or by a waiting caller.
+  std::mutex queue_mutex;
+  std::condition_variable queue_cv;
+  std::deque<std::shared_ptr<Task>> queue;
+  std::uint64_t next_seq = 1;
+  bool stopping = false;
+  std::mutex exec_mutex;  // held while a task runs
+  std::thread worker;
+
+  // Set once, when the communicator becomes unusable.
+  mutable std::mutex error_mutex;
+  std::exception_ptr fatal;
+  std::atomic<bool> broken{false};
+  int split_count = 0;
+
+  ~Impl() { shutdown(); }
+
+  void start() {
+    worker = std::thread([this] { worker_loop(); });
+  }
+
+  void shutdown() {
+    {
+      std::lock_guard lock(queue_mutex);
+      if (stopping) return;
+      stopping = true;
+    }
+    queue_cv.notify_all();
+    if (worker.joinable()) worker.join();
+    for (auto& link : links)
+      if (link) link->interrupt();
+  }
+
+  void worker_loop() {
+    for (;;) {
+      {
+        std::unique_lock lock(queue_mutex);
+        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty() && stopping) return;
+      }
+      std::unique_lock exec(exec_mutex);
+      std::shared_ptr<Task> task;
+      {
+        std::lock_guard lock(queue_mutex);
+        if (queue.empty()) continue;
+        task = queue.front();
+        queue.pop_front();
+      }
+      run_task(*task);
+    }
+  }
+
+  // Work::wait() on a queued task: run it here if it is next and nothing runs.
+  void run_inline(const std::shared_ptr<Task>& task) {
+    std::unique_lock exec(exec_mutex, std::try_to_lock);
+    if (!exec) return;
+    {
+      std::lock_guard lock(queue_mutex);
+      if (queue.empty() || queue.front() != task) return;
+      queue.pop_front();
+    }
+    run_task(*task);
+  }
+
+  Work enqueue(Task t) {
+    auto task = std::make_shared<Task>(std::move(t));
+    task->work = std::make_shared<detail::WorkState>();
+    {
+      std::lock_guard lock(queue_mutex);
+      KIZUNA_CHECK_ARG(!stopping, "communicator ", name, " is being destroyed");
+      if (task->kind == Task::Kind::Collective) task->seq = next_seq++;
+      std::weak_ptr<Impl> weak = weak_from_this();
+      task->work->run_inline = [weak, task] {
+        if (auto self = weak.lock()) self->run_inline(task);
+      };
+      queue.push_back(task);
+    }
+    queue_cv.notify_one();
+    return Work(task->work);
+  }
+
+  std::string label(const Task& t, algo::Algorithm a) const {
+    std::ostringstream out;
+    switch (t.kind) {
+      case Task::Kind::Send: out << "send to rank " << t.root; break;
+      case Task::Kind::Recv: out << "recv from rank " << t.root; break;
+      case Task::Kind::Collective:
+        out << algo::name(t.collective) << " #" << t.seq << " (" << algo::name(a) << ")";
+        break;
+    }
+    out << " on rank " << rank << " of " << name;
+    return out.str();
+  }
+
+  algo::Algorithm choose(const Task& t) const {
+    if (algo_override == Algorithm::Ring) return algo::Algorithm::Ring;
+    if (algo_override == Algorithm::Tree) return algo::Algorithm::Tree;
+    return algo::choose_algorithm(t.collective, t.count * size_of(t.dtype), world, link_model);
+  }
+
+  void run_task(Task& t) {
+    std::exception_ptr error;
+    try {
+      if (broken.load()) {
+        std::lock_guard lock(error_mutex);
+        try {
+          std::rethrow_exception(fatal);
+        } catch (const Error& e) {
+          KIZUNA_THROW(ErrorCode::Aborted, "communicator ", name, " on rank ", rank,
+                       " is unusable after an earlier error (create a new one): ", e.what());
+        }
+      }
+      execute(t);
+    } catch (const Error& e) {
+      error = std::current_exception();
+      fail(e);
+    } catch (const std::exception& e) {
+      error = std::make_exception_ptr(Error(ErrorCode::Internal, e.what()));
+      fail(Error(ErrorCode::Internal, e.what()));
+    }
+    t.work->finish(error);
+  }
+
+  // Marks the communicator unusable and tells every peer why, so that ranks
+  // not talking to the one that failed also fail at once, with the reason.
+  void fail(const Error& e) {
+    if (broken.exchange(true)) return;
+    {
+      std::lock_guard lock(error_mutex);
+      fatal = std::make_exception_ptr(e);
+    }
+    KIZUNA_LOG(Error) << e.what();
+    const int lost = executor ? executor->failed_peer() : -1;
+    // Pass a peer's notice on unchanged (its origin saw the root cause);
+    // otherwise this rank is the origin.
+    transport::AbortNotice notice{rank, e.code() == ErrorCode::PeerLost ? lost : -1, e.code(), e.what()};
+    if (executor && executor->cause()) notice = *executor->cause();
+    const auto deadline = Clock::now() + kAbortGrace;
+    for (auto& link : links) {
+      if (!link || link->peer() == lost || link->peer() == notice.origin) continue;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      link->send_abort(notice, std::max(left, std::chrono::milliseconds(1)));
+    }
+  }
+
+  void ensure_scratch(std::size_t bytes) {
+    if (scratch.size() < bytes) scratch.resize(bytes);  // zero-filled: pre-faulted
+  }
+
+  void execute(Task& t) {
+    const auto deadline = Clock::now() + timeout;
+    if (t.kind != Task::Kind::Collective) return execute_p2p(t, deadline);
+    const algo::Algorithm a = choose(t);
+    const std::string what = label(t, a);
+    if (check) verify_fingerprints(t, deadline, what);
+
+    algo::ScheduleRequest req;
+    req.collective = t.collective;
+    req.algorithm = a;
+    req.world_size = world;
+    req.rank = rank;
+    req.root = t.root;
+    req.count = t.count;
+    req.elem_size = size_of(t.dtype);
+    req.slice_bytes = slice_bytes;
+    const algo::RankSchedule schedule = algo::make_schedule(req);
+    ensure_scratch(schedule.scratch_count * req.elem_size);
+    executor->run(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, what);
+
+    if (t.op == ReduceOp::Avg) {
+      const bool holds_result = t.collective == Collective::AllReduce ||
+                                t.collective == Collective::ReduceScatter ||
+                                (t.collective == Collective::Reduce && rank == t.root);
+      if (holds_result) core::scale(t.output, t.count, t.dtype, world);
+    }
+  }
+
+  void execute_p2p(Task& t, Clock::time_point deadline) {
+    const bool sending = t.kind == Task::Kind::Send;
+    algo::RankSchedule s;
+    s.request.elem_size = size_of(t.dtype);
+    s.input_count = s.output_count = t.count;
+    algo::Step step;
+    step.op = sending ? algo::StepOp::Send : algo::StepOp::Recv;
+    step.src = algo::Buffer::Input;
+    step.dst = algo::Buffer::Output;
+    (sending ? step.send_peer : step.recv_peer) = t.root;
+    step.count = t.count;
+    s.steps.push_back(step);
+    const std::uint64_t n = sending ? p2p_sent[t.root]++ : p2p_received[t.root]++;
+    executor->run(s, {t.input, t.output, nullptr}, t.dtype, t.op, kP2pTag | n, deadline,
+                  label(t, algo::Algorithm::Ring));
+  }
+
+  // KIZUNA_CHECK=1: all-gather every rank's fingerprint of this call and
+  // fail every rank with the same Mismatch when they differ.
+  void verify_fingerprints(const Task& t, Clock::time_point deadline, const std::string& what) {
+    const comm::Fingerprint mine{t.collective, t.dtype, t.op, t.root, t.count, t.seq};
+    const comm::FingerprintBytes bytes = comm::encode(mine);
+    std::vector<unsigned char> all(bytes.size() * world);
+    algo::ScheduleRequest req;
+    req.collective = Collective::AllGather;
+    req.world_size = world;
+    req.rank = rank;
+    req.count = bytes.size();
+    req.elem_size = 1;
+    req.slice_bytes = 1 << 20;
+    const algo::RankSchedule schedule = algo::make_schedule(req);
+    executor->run(schedule, {bytes.data(), all.data(), nullptr}, DataType::UInt8, ReduceOp::Sum,
+                  kCheckTag | t.seq, deadline, what + " (KIZUNA_CHECK fingerprint exchange)");
+    std::vector<comm::Fingerprint> prints;
+    for (int r = 0; r < world; ++r) prints.push_back(comm::decode(all.data() + r * bytes.size()));
+    const std::string report = comm::compare(prints);
+    if (!report.empty())
+      KIZUNA_THROW(ErrorCode::Mismatch, "KIZUNA_CHECK: ranks disagree on call #", t.seq, " of ",
+                   name, ":", report);
+  }
+
+  void fail_queued(const std::exception_ptr& error) {
+    std::deque<std::shared_ptr<Task>> dropped;
+    {
+      std::lock_guard lock(queue_mutex);
+      dropped.swap(queue);
+    }
+    for (auto& task : dropped) task->work->finish(error);
+  }
+};
+
+namespace {
+
+void check_buffer(const void* p, std::size_t count, const char* what, const char* call) {
+  KIZUNA_CHECK_ARG(p != nullptr || count == 0, call, ": ", what, " is null with count ", count);
+}
+
+void check_types(DataType dtype, ReduceOp op, const char* call) {
+  KIZUNA_CHECK_ARG(is_valid(dtype), call, ": invalid data type code ", static_cast<int>(dtype));
+  KIZUNA_CHECK_ARG(is_valid(op), call, ": invalid reduction code ", static_cast<int>(op));
+  KIZUNA_CHECK_ARG(op != ReduceOp::Avg || is_floating(dtype), call,
+                   ": avg is defined for floating types only, not ", name(dtype));
+}
+
+}  // namespace
+
+Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Communicator::~Communicator() {
+  if (impl_) impl_->shutdown();
+}
+
+std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
+  KIZUNA_CHECK_ARG(options.store != nullptr, "CommOptions.store is null");
+  KIZUNA_CHECK_ARG(options.world_size >= 1, "CommOptions.world_size is ", options.world_size,
+                   "; it must be at least 1");
+  KIZUNA_CHECK_ARG(options.rank >= 0 && options.rank < options.world_size, "CommOptions.rank ",
+                   options.rank, " is out of range for world size ", options.world_size);
+  const core::Env& env = core::Env::get();
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  impl->rank = options.rank;
+  impl->world = options.world_size;
+  impl->name = options.name.empty() ? default_name(options.store.get()) : options.name;
+  impl->timeout = options.timeout.count() > 0 ? options.timeout : env.timeout;
+  impl->algo_override = options.algorithm;
+  if (impl->algo_override == Algorithm::Auto)
+    impl->algo_override = env.algo == core::Env::Algo::Ring   ? Algorithm::Ring
+                          : env.algo == core::Env::Algo::Tree ? Algorithm::Tree
+                                                              : Algorithm::Auto;
+  impl->slice_bytes = options.slice_bytes ? options.slice_bytes : env.slice_bytes;
+  impl->check = options.check.value_or(env.check);
+  core::set_log_rank(options.rank);
+
+  const auto setup = options.setup_timeout.count() > 0 ? options.setup_timeout : env.store_timeout;
+  comm::Connected connected = comm::bootstrap(*options.store, impl->name, impl->rank, impl->world,
+                                               choose_local_address(options.store.get()),
+                                               Clock::now() + setup);
+  impl->topology = std::move(connected.topology);
+  impl->links = std::move(connected.links);
+  std::vector<transport::Link*> raw;
+  for (auto& link : impl->links) raw.push_back(link.get());
+  impl->executor = std::make_unique<comm::Executor>(std::move(raw), impl->rank);
+  impl->p2p_sent.assign(impl->world, 0);
+  impl->p2p_received.assign(impl->world, 0);
+  impl->start();
+  return std::make_shared<Communicator>(std::move(impl));
+}
+
+std::shared_ptr<Communicator> Communicator::from_env() {
+  const core::LaunchEnv launch = core::LaunchEnv::from_process();
+  launch.require_rank();
+  CommOptions options;
+  options.store = Store::from_env();
+  options.rank = launch.rank;
+  options.world_size = launch.world_size;
+  return create(options);
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->world; }
+const std::string& Communicator::name() const { return impl_->name; }
+
+Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                              ReduceOp op) {
+  check_types(dtype, op, "all_reduce");
+  check_buffer(send, count, "send buffer", "all_reduce");
+  check_buffer(recv, count, "receive buffer", "all_reduce");
+  Task t;
+  t.collective = Collective::AllReduce;
+  t.input = send;
+  t.output = recv;
+  t.count = count;
+  t.dtype = dtype;
+  t.op = op;
+  return impl_->enqueue(std::move(t));
+}
+
+Work Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root) {
+  check_types(dtype, ReduceOp::Sum, "broadcast");
+  KIZUNA_CHECK_ARG(root >= 0 && root < size(), "broadcast: root ", root,
+                   " is out of range for world size ", size());
+  if (rank() == root) check_buffer(send, count, "send buffer", "broadcast");
+  check_buffer(recv, count, "receive buffer", "broadcast");
+  Task t;
+  t.collective = Collective::Broadcast;
+  t.input = send;
+  t.output = recv;
+  t.count = count;
+  t.dtype = dtype;
+  t.root = root;
+  return impl_->enqueue(std::move(t));
+}
+
+Work Communicator::reduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                          ReduceOp op, int root) {
+  check_types(dtype, op, "reduce");
+  KIZUNA_CHECK_ARG(root >= 0 && root < size(), "reduce: root ", root,
+                   " is out of range for world size ", size());
+  check_buffer(send, count, "send buffer", "reduce");
+  if (rank() == root) check_buffer(recv, count, "receive buffer", "reduce");
+  Task t;
+  t.collective = Collective::Reduce;
+  t.input = send;
+  t.output = recv;
+  t.count = count;
+  t.dtype = dtype;
+  t.op = op;
+  t.root = root;
+  return impl_->enqueue(std::move(t));
+}
+
+Work Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype) {
+  check_types(dtype, ReduceOp::Sum, "all_gather");
+  check_buffer(send, send_count, "send buffer", "all_gather");
+  check_buffer(recv, send_count, "receive buffer", "all_gather");
+  Task t;
+  t.collective = Collective::AllGather;
+  t.input = send;
+  t.output = recv;
+  t.count = send_count;
+  t.dtype = dtype;
+  return impl_->enqueue(std::move(t));
+}
+
+Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                  DataType dtype, ReduceOp op) {
+  check_types(dtype, op, "reduce_scatter");
+  check_buffer(send, recv_count, "send buffer", "reduce_scatter");
+  check_buffer(recv, recv_count, "receive buffer", "reduce_scatter");
+  Task t;
+  t.collective = Collective::ReduceScatter;
+  t.input = send;
+  t.output = recv;
+  t.count = recv_count;
+  t.dtype = dtype;
+  t.op = op;
+  return impl_->enqueue(std::move(t));
+}
+
+Work Communicator::barrier() {
+  Task t;
+  t.collective = Collective::Barrier;
+  t.dtype = DataType::UInt8;
+  return impl_->enqueue(std::move(t));
+}
+
+Work Communicator::send(const void* buffer, std::size_t count, DataType dtype, int peer) {
+  check_types(dtype, ReduceOp::Sum, "send");
+  check_buffer(buffer, count, "buffer", "send");
+  KIZUNA_CHECK_ARG(peer >= 0 && peer < size() && peer != rank(), "send: peer ", peer,
+                   " is not another rank of a world of ", size());
+  Task t;
+  t.kind = Task::Kind::Send;
+  t.input = buffer;
+  t.count = count;
+  t.dtype = dtype;
+  t.root = peer;
+  return impl_->enqueue(std::move(t));
+}
+
+Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int peer) {
+  check_types(dtype, ReduceOp::Sum, "recv");
+  check_buffer(buffer, count, "buffer", "recv");
+  KIZUNA_CHECK_ARG(peer >= 0 && peer < size() && peer != rank(), "recv: peer ", peer,
+                   " is not another rank of a world of ", size());
+  Task t;
+  t.kind = Task::Kind::Recv;
+  t.output = buffer;
+  t.count = count;
+  t.dtype = dtype;
+  t.root = peer;
+  return impl_->enqueue(std::move(t));
+}
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key) {
+  // Everyone's (color, key), gathered through this communicator.
+  const int mine[2] = {color, key};
+  std::vector<int> all(2 * size());
+  all_gather(mine, all.data(), 2, DataType::Int32).wait();
+  const int split_id = impl_->split_count++;
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int, int>> members;  // (key, rank)
+  for (int r = 0; r < size(); ++r)
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
+  std::sort(members.begin(), members.end());
+  CommOptions options = impl_->options;
+  options.world_size = static_cast<int>(members.size());
+  options.rank = static_cast<int>(
+      std::find(members.begin(), members.end(), std::pair{key, rank()}) - members.begin());
+  options.name = name() + "/split" + std::to_string(split_id) + "/color" + std::to_string(color);
+  options.timeout = impl_->timeout;
+  return create(options);
+}
+
+void Communicator::abort(const std::string& reason) {
+  const Error error(ErrorCode::Aborted, "communicator " + name() + " on rank " +
+                                            std::to_string(rank()) + " aborted: " + reason);
+  if (!impl_->broken.exchange(true)) {
+    std::lock_guard lock(impl_->error_mutex);
+    impl_->fatal = std::make_exception_ptr(error);
+  }
+  for (auto& link : impl_->links)
+    if (link) link->interrupt();
+  impl_->fail_queued(std::make_exception_ptr(error));
+}
+
+std::exception_ptr Communicator::async_error() const {
+  std::lock_guard lock(impl_->error_mutex);
+  return impl_->fatal;
+}
+
+}  // namespace kizuna

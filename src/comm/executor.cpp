@@ -1,0 +1,166 @@
+#include "comm/executor.hpp"
+
+#include <poll.h>
+
+#include <cstring>
+
+#include "core/check.hpp"
+#include "core/log.hpp"
+
+namespace kizuna::comm {
+
+using algo::Buffer;
+using algo::StepOp;
+
+Executor::Executor(std::vector<transport::Link*> links, int rank)
+    : links_(std::move(links)), rank_(rank), send_index_(links_.size()), recv_index_(links_.size()) {}
+
+unsigned char* Executor::address(const algo::RankSchedule& s, const ExecBuffers& b, Buffer which,
+                                 std::uint64_t offset) const {
+  const std::size_t elem = s.request.elem_size;
+  switch (which) {
+    case Buffer::Input: return static_cast<unsigned char*>(const_cast<void*>(b.input)) + offset * elem;
+    case Buffer::Output: return static_cast<unsigned char*>(b.output) + offset * elem;
+    case Buffer::Scratch: return static_cast<unsigned char*>(b.scratch) + offset * elem;
+  }
+  return nullptr;
+}
+
+void Executor::post_send(int peer, const unsigned char* data, std::size_t bytes, std::uint64_t seq) {
+  transport::Link* link = links_[peer];
+  KIZUNA_CHECK(link != nullptr, "no link from rank ", rank_, " to rank ", peer);
+  const std::uint64_t number = link->post_send(data, bytes, {seq, send_index_[peer]++});
+  pending_.push_back({link, number, data, data + bytes});
+}
+
+void Executor::wait_for_region(const unsigned char* begin, const unsigned char* end) {
+  for (const PendingSend& p : pending_) {
+    if (p.begin < end && begin < p.end && p.link->sent_count() < p.number) {
+      transport::Link* link = p.link;
+      const std::uint64_t number = p.number;
+      wait_until([&] { return link->sent_count() >= number; }, link->peer());
+    }
+  }
+  // Forget sends that have completed.
+  std::erase_if(pending_, [](const PendingSend& p) { return p.link->sent_count() >= p.number; });
+}
+
+void Executor::wait_all_sends() {
+  for (const PendingSend& p : pending_) {
+    transport::Link* link = p.link;
+    const std::uint64_t number = p.number;
+    if (link->sent_count() < number)
+      wait_until([&] { return link->sent_count() >= number; }, link->peer());
+  }
+  pending_.clear();
+}
+
+template <typename Done>
+void Executor::wait_until(Done&& done, int awaiting) {
+  auto spin_until = Clock::now() + spin_;
+  std::vector<pollfd> fds;
+  std::vector<transport::Link*> polled;
+  for (;;) {
+    bool moved = false;
+    for (transport::Link* link : links_) {
+      if (link == nullptr || (link != recv_link_ && link->send_idle())) continue;
+      try {
+        moved |= link->progress();
+      } catch (const Error& e) {
+        failed_peer_ = link->peer();
+        if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
+        KIZUNA_THROW(e.code(), *label_, ", step ", step_ + 1, " of ", steps_, ": ", e.what());
+      }
+    }
+    if (done()) return;
+    const auto now = Clock::now();
+    if (moved) {
+      spin_until = now + spin_;
+      continue;
+    }
+    if (now >= deadline_) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
+      if (awaiting >= 0)
+        KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms waiting for rank ", awaiting,
+                     " in ", *label_, ", step ", step_ + 1, " of ", steps_);
+      KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms in ", *label_, ", step ",
+                   step_ + 1, " of ", steps_);
+    }
+    if (now < spin_until) continue;
+    // Nothing moves: sleep until a busy link can, or the deadline.
+    fds.clear();
+    polled.clear();
+    for (transport::Link* link : links_) {
+      if (link == nullptr) continue;
+      const short events = link->wait_events();
+      if (events == 0 || link->wait_fd() < 0) continue;
+      fds.push_back({link->wait_fd(), events, 0});
+      polled.push_back(link);
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - now).count();
+    const int timeout_ms = static_cast<int>(std::min<long long>(left + 1, 100));
+    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (ready == 0)
+      KIZUNA_LOG(Debug) << *label_ << ": no progress for " << timeout_ms << " ms at step " << step_ + 1
+                        << " of " << steps_ << " (" << fds.size() << " links polled)";
+    spin_until = Clock::now() + spin_;
+  }
+}
+
+void Executor::run(const algo::RankSchedule& s, const ExecBuffers& b, DataType dtype, ReduceOp op,
+                   std::uint64_t seq, Clock::time_point deadline, const std::string& label) {
+  label_ = &label;
+  deadline_ = deadline;
+  started_ = Clock::now();
+  steps_ = s.steps.size();
+  failed_peer_ = -1;
+  cause_.reset();
+  std::fill(send_index_.begin(), send_index_.end(), 0);
+  std::fill(recv_index_.begin(), recv_index_.end(), 0);
+  pending_.clear();
+  const std::size_t elem = s.request.elem_size;
+  for (step_ = 0; step_ < steps_; ++step_) {
+    const algo::Step& step = s.steps[step_];
+    const std::size_t bytes = step.count * elem;
+    switch (step.op) {
+      case StepOp::Send:
+        post_send(step.send_peer, address(s, b, step.src, step.src_offset), bytes, seq);
+        break;
+      case StepOp::Copy: {
+        unsigned char* dst = address(s, b, step.dst, step.dst_offset);
+        const unsigned char* src = address(s, b, step.src, step.src_offset);
+        if (bytes && dst != src) {
+          wait_for_region(dst, dst + bytes);
+          std::memcpy(dst, src, bytes);
+        }
+        break;
+      }
+      case StepOp::Recv:
+      case StepOp::RecvCopySend:
+      case StepOp::RecvReduce:
+      case StepOp::RecvReduceSend: {
+        unsigned char* dst = address(s, b, step.dst, step.dst_offset);
+        wait_for_region(dst, dst + bytes);
+        transport::Link* link = links_[step.recv_peer];
+        KIZUNA_CHECK(link != nullptr, "no link from rank ", rank_, " to rank ", step.recv_peer);
+        transport::RecvSink sink;
+        sink.dst = dst;
+        sink.bytes = bytes;
+        sink.dtype = dtype;
+        sink.op = op;
+        if (step.op == StepOp::RecvReduce || step.op == StepOp::RecvReduceSend)
+          sink.src = address(s, b, step.src, step.src_offset);
+        link->post_recv(sink, {seq, recv_index_[step.recv_peer]++});
+        recv_link_ = link;
+        wait_until([link] { return link->recv_done(); }, step.recv_peer);
+        recv_link_ = nullptr;
+        if (step.sends()) post_send(step.send_peer, dst, bytes, seq);
+        break;
+      }
+    }
+  }
+  step_ = steps_ ? steps_ - 1 : 0;
+  wait_all_sends();
+}
+
+}  // namespace kizuna::comm

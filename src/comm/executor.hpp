@@ -1,0 +1,93 @@
+// comm/executor.hpp: runs one rank's schedule over its links (the CPU
+// executor).
+//
+// Steps run in order. Sends are posted and not waited for; a step that
+// receives posts the receive and drives every busy link's progress until the
+// message is in, spinning briefly and then sleeping in poll(). Before a step
+// writes a region that an earlier send is still reading (the tree's
+// broadcast overwriting what it reduced and sent up, say), it waits for that
+// send. At the end it waits for every send, so the caller may reuse the
+// buffers as soon as run() returns.
+//
+// Failures are kizuna::Error naming the collective, its sequence number, the
+// step and the rank involved: Timeout ("... waiting for rank 3 for 30000 ms
+// in all_reduce #17 (ring, step 5 of 14)"), PeerLost, Mismatch. failed_peer()
+// then says which link failed, if one did.
+//
+// Used by one thread at a time.
+#pragma once
+
+#include <kizuna/types.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "algo/schedule.hpp"
+#include "transport/link.hpp"
+
+namespace kizuna::comm {
+
+struct ExecBuffers {
+  const void* input = nullptr;
+  void* output = nullptr;
+  void* scratch = nullptr;
+};
+
+class Executor {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // links[r] is the link to rank r (nullptr for self and unconnected ranks).
+  Executor(std::vector<transport::Link*> links, int rank);
+
+  void run(const algo::RankSchedule& schedule, const ExecBuffers& buffers, DataType dtype,
+           ReduceOp op, std::uint64_t seq, Clock::time_point deadline, const std::string& label);
+
+  int failed_peer() const { return failed_peer_; }
+  // When the failure is a peer's abort notice: the notice (its origin and
+  // root cause), to be passed on unchanged.
+  const transport::AbortNotice* cause() const { return cause_ ? &*cause_ : nullptr; }
+
+  // How long to spin on a link before sleeping in poll().
+  void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
+
+ private:
+  struct PendingSend {
+    transport::Link* link;
+    std::uint64_t number;
+    const unsigned char* begin;
+    const unsigned char* end;
+  };
+
+  unsigned char* address(const algo::RankSchedule& s, const ExecBuffers& b, algo::Buffer which,
+                         std::uint64_t offset) const;
+  void post_send(int peer, const unsigned char* data, std::size_t bytes, std::uint64_t seq);
+  void wait_for_region(const unsigned char* begin, const unsigned char* end);
+  void wait_all_sends();
+
+  // Progresses busy links until done() holds; `awaiting` names the peer
+  // whose message or progress we wait for (-1: any), for the error message.
+  template <typename Done>
+  void wait_until(Done&& done, int awaiting);
+
+  std::vector<transport::Link*> links_;
+  int rank_;
+  std::vector<std::uint32_t> send_index_, recv_index_;
+  std::vector<PendingSend> pending_;
+  transport::Link* recv_link_ = nullptr;
+  std::chrono::microseconds spin_{20};
+  int failed_peer_ = -1;
+  std::optional<transport::AbortNotice> cause_;
+
+  // What is running, for error messages.
+  const std::string* label_ = nullptr;
+  std::size_t step_ = 0;
+  std::size_t steps_ = 0;
+  Clock::time_point deadline_;
+  Clock::time_point started_;
+};
+
+}  // namespace kizuna::comm

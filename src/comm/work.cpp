@@ -1,0 +1,51 @@
+#include <kizuna/work.hpp>
+
+#include "comm/work_state.hpp"
+
+namespace kizuna {
+
+bool Work::done() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mutex);
+  return state_->finished;
+}
+
+void Work::wait() const {
+  if (!state_) return;
+  std::function<void()> run;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (!state_->finished) run = state_->run_inline;
+  }
+  if (run) run();
+  std::unique_lock lock(state_->mutex);
+  state_->cv.wait(lock, [&] { return state_->finished; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) return true;
+  std::unique_lock lock(state_->mutex);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->finished; })) return false;
+  if (state_->error) std::rethrow_exception(state_->error);
+  return true;
+}
+
+std::exception_ptr Work::error() const {
+  if (!state_) return nullptr;
+  std::lock_guard lock(state_->mutex);
+  return state_->error;
+}
+
+void Work::on_complete(std::function<void(const Work&)> fn) const {
+  if (state_) {
+    std::unique_lock lock(state_->mutex);
+    if (!state_->finished) {
+      state_->callbacks.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn(*this);
+}
+
+}  // namespace kizuna

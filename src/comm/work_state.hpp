@@ -1,0 +1,43 @@
+// comm/work_state.hpp: what a Work handle points to.
+//
+// Finished exactly once by finish(); waiters sleep on the condition
+// variable; callbacks run after the state is published, outside the lock.
+// `run_inline` lets a waiter execute its own queued collective when it is
+// next in line and the worker is idle (see Work::wait).
+#pragma once
+
+#include <kizuna/work.hpp>
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace kizuna::detail {
+
+struct WorkState : std::enable_shared_from_this<WorkState> {
+  mutable std::mutex mutex;
+  std::condition_variable cv;
+  bool finished = false;
+  std::exception_ptr error;
+  std::vector<std::function<void(const Work&)>> callbacks;
+  std::function<void()> run_inline;
+
+  void finish(std::exception_ptr e) {
+    std::vector<std::function<void(const Work&)>> todo;
+    {
+      std::lock_guard lock(mutex);
+      if (finished) return;
+      finished = true;
+      error = std::move(e);
+      todo.swap(callbacks);
+      run_inline = nullptr;
+    }
+    cv.notify_all();
+    const Work self(shared_from_this());
+    for (auto& fn : todo) fn(self);
+  }
+};
+
+}  // namespace kizuna::detail

@@ -1,0 +1,187 @@
+#include "transport/tcp/tcp_connect.hpp"
+
+#define ASIO_STANDALONE 1
+#include <asio.hpp>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <sstream>
+
+#include "core/check.hpp"
+#include "core/log.hpp"
+
+namespace kizuna::transport {
+
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+struct TcpListener::Impl {
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::string host;
+  int port = 0;
+};
+
+TcpListener::TcpListener(const std::string& host) : impl_(std::make_unique<Impl>()) {
+  asio::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) KIZUNA_THROW(ErrorCode::InvalidArgument, "'", host, "' is not an IP address: ", ec.message());
+  const tcp::endpoint endpoint(address, 0);
+  impl_->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl_->acceptor.bind(endpoint, ec);
+  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot listen on ", host, ":0: ", ec.message());
+  impl_->host = host;
+  impl_->port = impl_->acceptor.local_endpoint().port();
+}
+
+TcpListener::~TcpListener() = default;
+const std::string& TcpListener::host() const { return impl_->host; }
+int TcpListener::port() const { return impl_->port; }
+
+void tune_socket(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+namespace {
+
+// One pass of connection set-up: all connects and accepts as asynchronous
+// operations on the listener's io_context, run by the calling thread.
+class Mesh {
+ public:
+  Mesh(TcpListener::Impl& listener, const Hello& self, Clock::time_point deadline)
+      : l_(listener), self_(self), deadline_(deadline), hello_(encode_hello(self)) {}
+
+  std::vector<int> run(const std::vector<TcpPeer>& connect_to, const std::vector<TcpPeer>& accept_from) {
+    fds_.assign(static_cast<std::size_t>(self_.world_size), -1);
+    for (const TcpPeer& p : accept_from) accepting_[p.rank] = p.incarnation;
+    remaining_ = static_cast<int>(connect_to.size() + accept_from.size());
+    if (!accept_from.empty()) accept_next();
+    for (const TcpPeer& p : connect_to) connect(p, std::chrono::milliseconds(10));
+    while (remaining_ > 0 && Clock::now() < deadline_) l_.io.run_one_until(deadline_);
+    l_.io.stop();
+    if (remaining_ > 0) {
+      for (int fd : fds_)
+        if (fd >= 0) ::close(fd);
+      std::ostringstream missing;
+      for (const TcpPeer& p : connect_to)
+        if (fds_[p.rank] < 0) missing << " " << p.rank << " (connecting to " << p.host << ":" << p.port << ")";
+      for (const TcpPeer& p : accept_from)
+        if (fds_[p.rank] < 0) missing << " " << p.rank << " (waiting for it to connect)";
+      KIZUNA_THROW(ErrorCode::Timeout, "rank ", self_.rank, " timed out setting up connections; no connection with rank(s)", missing.str());
+    }
+    return fds_;
+  }
+
+ private:
+  void done(int rank, tcp::socket& socket) {
+    fds_[rank] = socket.release();
+    tune_socket(fds_[rank]);
+    --remaining_;
+  }
+
+  void accept_next() {
+    auto socket = std::make_shared<tcp::socket>(l_.io);
+    l_.acceptor.async_accept(*socket, [this, socket](const asio::error_code& ec) {
+      if (ec) return;  // the listener closed: set-up is over
+      auto buf = std::make_shared<HelloBytes>();
+      asio::async_read(*socket, asio::buffer(*buf), [this, socket, buf](const asio::error_code& ec2, std::size_t) {
+        if (ec2) return;
+        try {
+          const Hello h = decode_hello(buf->data());
+          std::string why;
+          const auto it = accepting_.find(h.rank);
+          if (h.comm_id != self_.comm_id) why = "it belongs to another communicator";
+          else if (it == accepting_.end()) why = "rank " + std::to_string(h.rank) + " is not expected to connect here";
+          else if (fds_[h.rank] >= 0) why = "rank " + std::to_string(h.rank) + " is already connected";
+          else if (h.incarnation != it->second) why = "it is a stale process for rank " + std::to_string(h.rank);
+          if (!why.empty()) return refuse(*socket, why);
+          asio::async_write(*socket, asio::buffer(hello_), [this, socket, rank = h.rank](const asio::error_code& ec3, std::size_t) {
+            if (!ec3 && fds_[rank] < 0) done(rank, *socket);
+          });
+        } catch (const Error& e) {
+          refuse(*socket, e.what());
+        }
+      });
+      if (remaining_ > 0) accept_next();
+    });
+  }
+
+  void refuse(tcp::socket& socket, const std::string& why) {
+    asio::error_code ec;
+    const auto remote = socket.remote_endpoint(ec);
+    KIZUNA_LOG(Warn) << "rank " << self_.rank << " refused a connection from "
+                     << (ec ? std::string("an unknown address") : remote.address().to_string() + ":" + std::to_string(remote.port()))
+                     << ": " << why;
+    socket.close(ec);
+  }
+
+  void connect(const TcpPeer& peer, std::chrono::milliseconds backoff) {
+    asio::error_code ec;
+    const auto address = asio::ip::make_address(peer.host, ec);
+    if (ec) KIZUNA_THROW(ErrorCode::InvalidArgument, "rank ", peer.rank, " published '", peer.host, "', not an IP address");
+    auto socket = std::make_shared<tcp::socket>(l_.io);
+    socket->async_connect(tcp::endpoint(address, static_cast<unsigned short>(peer.port)),
+        [this, socket, peer, backoff](const asio::error_code& ec1) {
+          if (ec1) return retry(peer, backoff, ec1.message());
+          asio::async_write(*socket, asio::buffer(hello_), [this, socket, peer, backoff](const asio::error_code& ec2, std::size_t) {
+            if (ec2) return retry(peer, backoff, ec2.message());
+            auto buf = std::make_shared<HelloBytes>();
+            asio::async_read(*socket, asio::buffer(*buf), [this, socket, peer, backoff, buf](const asio::error_code& ec3, std::size_t) {
+              if (ec3) return retry(peer, backoff, "no handshake reply: " + ec3.message());
+              try {
+                const Hello h = decode_hello(buf->data());
+                if (h.comm_id != self_.comm_id || h.rank != peer.rank || h.incarnation != peer.incarnation) {
+                  KIZUNA_LOG(Warn) << "rank " << self_.rank << ": " << peer.host << ":" << peer.port
+                                   << " answered as rank " << h.rank << " of another communicator; retrying";
+                  return retry(peer, backoff, "wrong peer");
+                }
+                done(peer.rank, *socket);
+              } catch (const Error& e) {
+                retry(peer, backoff, e.what());
+              }
+            });
+          });
+        });
+  }
+
+  void retry(const TcpPeer& peer, std::chrono::milliseconds backoff, const std::string& why) {
+    KIZUNA_LOG(Debug) << "rank " << self_.rank << ": connecting to rank " << peer.rank << " at "
+                      << peer.host << ":" << peer.port << " failed (" << why << "); retrying";
+    auto timer = std::make_shared<asio::steady_timer>(l_.io, backoff);
+    timer->async_wait([this, timer, peer, backoff](const asio::error_code& ec) {
+      if (!ec) connect(peer, std::min(backoff * 2, std::chrono::milliseconds(1000)));
+    });
+  }
+
+  TcpListener::Impl& l_;
+  Hello self_;
+  Clock::time_point deadline_;
+  HelloBytes hello_;
+  std::map<int, std::uint64_t> accepting_;
+  std::vector<int> fds_;
+  int remaining_ = 0;
+};
+
+}  // namespace
+
+std::vector<int> connect_peers(TcpListener& listener, const Hello& self,
+                               const std::vector<TcpPeer>& connect_to,
+                               const std::vector<TcpPeer>& accept_from,
+                               Clock::time_point deadline) {
+  listener.impl_->io.restart();
+  Mesh mesh(*listener.impl_, self, deadline);
+  std::vector<int> fds = mesh.run(connect_to, accept_from);
+  // Drop whatever is still pending (strangers, the accept) before `mesh` goes.
+  asio::error_code ec;
+  listener.impl_->acceptor.cancel(ec);
+  listener.impl_->io.restart();
+  listener.impl_->io.poll();
+  return fds;
+}
+
+}  // namespace kizuna::transport

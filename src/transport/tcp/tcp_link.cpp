@@ -1,0 +1,333 @@
+#include "transport/tcp/tcp_link.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/reduce.hpp"
+#include "transport/frame.hpp"
+
+namespace kizuna::transport {
+namespace {
+
+constexpr int kMaxIov = 64;
+
+class TcpLink final : public Link {
+ public:
+  TcpLink(int peer, int fd, const TcpLinkOptions& options)
+      : Link(peer), fd_(fd), staging_(options.staging_bytes) {}
+  ~TcpLink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  std::uint64_t post_send(const void* data, std::size_t bytes, const MessageTag& tag) override {
+    check_open();
+    Pending p;
+    p.header = encode_header({FrameKind::Data, tag, bytes});
+    p.data = static_cast<const unsigned char*>(data);
+    p.bytes = bytes;
+    sendq_.push_back(p);
+    return ++posted_;
+  }
+
+  std::uint64_t sent_count() const override { return sent_; }
+
+  void post_recv(const RecvSink& sink, const MessageTag& tag) override {
+    check_open();
+    KIZUNA_CHECK(!recv_active_ || recv_complete_, "a receive is already posted on the link to rank ", peer_);
+    recv_active_ = true;
+    recv_complete_ = false;
+    sink_ = sink;
+    expect_ = tag;
+    header_got_ = 0;
+    payload_got_ = 0;
+    staged_ = 0;
+    reduced_ = 0;
+    elem_ = size_of(sink.dtype);
+  }
+
+  bool recv_done() const override { return recv_complete_; }
+
+  bool progress() override {
+    check_open();
+    bool moved = progress_send();
+    moved |= progress_recv();
+    return moved;
+  }
+
+  int wait_fd() const override { return fd_; }
+
+  short wait_events() const override {
+    short events = 0;
+    if (recv_active_ && !recv_complete_) events |= POLLIN;
+    if (!sendq_.empty()) events |= POLLOUT;
+    return events;
+  }
+
+  void send_abort(const AbortNotice& notice, std::chrono::milliseconds grace) override {
+    if (closed_.load()) return;
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    try {
+      // Drop a half-read receive: the abort ends this link anyway.
+      recv_active_ = false;
+      if (!flush_until(deadline)) return reset();
+      abort_body_ = encode_abort(notice);
+      Pending p;
+      p.header = encode_header({FrameKind::Abort, {}, abort_body_.size()});
+      p.data = abort_body_.data();
+      p.bytes = abort_body_.size();
+      sendq_.push_back(p);
+      if (!flush_until(deadline)) return reset();
+      // FIN after the notice; the read side stays open so that unread data
+      // on our side cannot turn the close into a reset that loses the notice.
+      closed_.store(true);
+      ::shutdown(fd_, SHUT_WR);
+    } catch (const Error&) {
+      reset();
+    }
+  }
+
+  void interrupt() override {
+    closed_.store(true);
+    ::shutdown(fd_, SHUT_RDWR);
+  }
+
+ private:
+  struct Pending {
+    HeaderBytes header;
+    const unsigned char* data = nullptr;
+    std::size_t bytes = 0;
+    std::size_t done = 0;  // of header + payload
+  };
+
+  // The descriptor stays allocated until destruction, so interrupt() from
+  // another thread never races with its reuse; closed_ marks it dead.
+  void close() {
+    if (!closed_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);
+  }
+
+  void check_open() const {
+    if (closed_.load(std::memory_order_relaxed))
+      KIZUNA_THROW(ErrorCode::Aborted, "the connection to rank ", peer_, " is closed");
+  }
+
+  [[noreturn]] void lost(const char* what, int err) {
+    close();
+    KIZUNA_THROW(ErrorCode::PeerLost, "lost rank ", peer_, ": ", what,
+                 err ? std::string(" (") + std::strerror(err) + ")" : std::string());
+  }
+
+  void reset() {
+    if (closed_.load()) return;
+    linger off{1, 0};  // RST instead of FIN: the peer fails at once
+    ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &off, sizeof off);
+    close();
+  }
+
+  // Sends until done or the deadline; true when the queue is empty.
+  bool flush_until(std::chrono::steady_clock::time_point deadline) {
+    while (!sendq_.empty()) {
+      if (progress_send()) continue;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>(left.count()));
+    }
+    return true;
+  }
+
+  bool progress_send() {
+    bool moved = false;
+    while (!sendq_.empty()) {
+      iovec iov[kMaxIov];
+      int n = 0;
+      std::size_t want = 0;
+      for (auto it = sendq_.begin(); it != sendq_.end() && n + 2 <= kMaxIov; ++it) {
+        if (it->done < kFrameHeaderBytes) {
+          iov[n++] = {it->header.data() + it->done, kFrameHeaderBytes - it->done};
+          want += kFrameHeaderBytes - it->done;
+        }
+        const std::size_t payload_done = it->done > kFrameHeaderBytes ? it->done - kFrameHeaderBytes : 0;
+        if (it->bytes > payload_done) {
+          iov[n++] = {const_cast<unsigned char*>(it->data) + payload_done, it->bytes - payload_done};
+          want += it->bytes - payload_done;
+        }
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<std::size_t>(n);
+      const ssize_t sent = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EINTR) continue;
+        if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) lost("connection closed while sending", errno);
+        KIZUNA_THROW(ErrorCode::SystemError, "send to rank ", peer_, " failed: ", std::strerror(errno));
+      }
+      moved = true;
+      std::size_t left = static_cast<std::size_t>(sent);
+      while (left > 0) {
+        Pending& p = sendq_.front();
+        const std::size_t rest = kFrameHeaderBytes + p.bytes - p.done;
+        const std::size_t take = left < rest ? left : rest;
+        p.done += take;
+        left -= take;
+        if (p.done == kFrameHeaderBytes + p.bytes) {
+          sendq_.pop_front();
+          ++sent_;
+        }
+      }
+      // Completed frames of size 0 bytes left in front are done too.
+      while (!sendq_.empty() && sendq_.front().done == kFrameHeaderBytes + sendq_.front().bytes) {
+        sendq_.pop_front();
+        ++sent_;
+      }
+      if (static_cast<std::size_t>(sent) < want) break;  // the socket is full
+    }
+    return moved;
+  }
+
+  // Where the next payload bytes go, and how many fit there.
+  std::pair<unsigned char*, std::size_t> payload_target() {
+    const std::size_t remaining = sink_.bytes - payload_got_;
+    if (sink_.src == nullptr) return {static_cast<unsigned char*>(sink_.dst) + payload_got_, remaining};
+    const std::size_t room = staging_.size() - staged_;
+    return {staging_.data() + staged_, remaining < room ? remaining : room};
+  }
+
+  // Folds the complete elements in staging into dst, keeping a partial one.
+  void reduce_staged() {
+    const std::size_t whole = staged_ / elem_ * elem_;
+    if (whole == 0) return;
+    auto* dst = static_cast<unsigned char*>(sink_.dst) + reduced_;
+    const auto* src = static_cast<const unsigned char*>(sink_.src) + reduced_;
+    core::reduce_into(dst, src, staging_.data(), whole / elem_, sink_.dtype, sink_.op);
+    reduced_ += whole;
+    staged_ -= whole;
+    if (staged_) std::memmove(staging_.data(), staging_.data() + whole, staged_);
+  }
+
+  // Accounts `n` payload bytes just read into payload_target().
+  void take_payload(std::size_t n) {
+    payload_got_ += n;
+    if (sink_.src != nullptr) {
+      staged_ += n;
+      if (staged_ == staging_.size() || payload_got_ == sink_.bytes) reduce_staged();
+    }
+  }
+
+  bool progress_recv() {
+    if (!recv_active_ || recv_complete_) return false;
+    bool moved = false;
+    for (;;) {
+      iovec iov[2];
+      int n = 0;
+      const bool in_header = header_got_ < kFrameHeaderBytes;
+      if (in_header) iov[n++] = {header_.data() + header_got_, kFrameHeaderBytes - header_got_};
+      std::pair<unsigned char*, std::size_t> target{nullptr, 0};
+      if (!aborting_) {
+        target = payload_target();
+        if (target.second) iov[n++] = {target.first, target.second};
+      } else {
+        iov[n++] = {abort_in_.data() + abort_got_, abort_in_.size() - abort_got_};
+      }
+      if (n == 0) break;
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<std::size_t>(n);
+      const ssize_t got = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+      if (got == 0) lost("connection closed by the peer", 0);
+      if (got < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EINTR) continue;
+        if (errno == ECONNRESET || errno == ENOTCONN) lost("connection reset", errno);
+        KIZUNA_THROW(ErrorCode::SystemError, "receive from rank ", peer_, " failed: ", std::strerror(errno));
+      }
+      moved = true;
+      std::size_t left = static_cast<std::size_t>(got);
+      if (in_header) {
+        const std::size_t h = std::min(left, kFrameHeaderBytes - header_got_);
+        header_got_ += h;
+        left -= h;
+        if (header_got_ == kFrameHeaderBytes) on_header(target.first, left);
+        else continue;
+        if (aborting_) {
+          if (abort_got_ == abort_in_.size()) fail_with_abort();
+          continue;
+        }
+      } else if (aborting_) {
+        abort_got_ += left;
+        if (abort_got_ == abort_in_.size()) fail_with_abort();
+        continue;
+      }
+      if (left) take_payload(left);
+      if (payload_got_ == sink_.bytes) {
+        recv_complete_ = true;
+        break;
+      }
+    }
+    return moved;
+  }
+
+  // The header is complete; `extra` payload bytes were read after it into
+  // `target`.
+  void on_header(unsigned char* target, std::size_t extra) {
+    const FrameHeader h = decode_header(header_.data());
+    if (h.kind == FrameKind::Abort) {
+      aborting_ = true;
+      abort_in_.resize(h.bytes);
+      abort_got_ = std::min<std::size_t>(extra, h.bytes);
+      if (abort_got_) std::memcpy(abort_in_.data(), target, abort_got_);
+      return;
+    }
+    if (!(h.tag == expect_) || h.bytes != sink_.bytes)
+      KIZUNA_THROW(ErrorCode::Mismatch, "rank ", peer_, " sent message #", h.tag.index,
+                   " of collective #", h.tag.seq, " (", h.bytes, " bytes) where message #",
+                   expect_.index, " of collective #", expect_.seq, " (", sink_.bytes,
+                   " bytes) was expected: the ranks are not running the same collectives");
+  }
+
+  [[noreturn]] void fail_with_abort() {
+    received_abort_ = decode_abort(abort_in_.data(), abort_in_.size());
+    close();
+    throw Error(received_abort_->code,
+                "rank " + std::to_string(received_abort_->origin) + " failed: " + received_abort_->message);
+  }
+
+  int fd_;
+  std::atomic<bool> closed_{false};
+  std::deque<Pending> sendq_;
+  std::uint64_t sent_ = 0;
+  std::vector<unsigned char> abort_body_;
+
+  bool recv_active_ = false;
+  bool recv_complete_ = false;
+  RecvSink sink_;
+  MessageTag expect_;
+  std::size_t elem_ = 1;
+  HeaderBytes header_{};
+  std::size_t header_got_ = 0;
+  std::size_t payload_got_ = 0;
+  std::vector<unsigned char> staging_;
+  std::size_t staged_ = 0;
+  std::size_t reduced_ = 0;
+  bool aborting_ = false;
+  std::vector<unsigned char> abort_in_;
+  std::size_t abort_got_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Link> make_tcp_link(int peer, int fd, const TcpLinkOptions& options) {
+  return std::make_unique<TcpLink>(peer, fd, options);
+}
+
+}  // namespace kizuna::transport

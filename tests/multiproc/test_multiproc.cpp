@@ -1,0 +1,127 @@
+// Ranks as processes over loopback TCP: correctness, the C ABI, a rank
+// SIGKILLed mid all-reduce, mismatched calls under KIZUNA_CHECK=1, and two
+// split groups running different collectives at once.
+#include <catch2/catch.hpp>
+
+#include <kizuna/error.hpp>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <fstream>
+#include <thread>
+
+#include "processes.hpp"
+
+using namespace kizuna::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kWorker = std::string(KIZUNA_BINARY_DIR) + "/tests/multiproc/kizuna-test-worker";
+const std::string kCWorker = std::string(KIZUNA_BINARY_DIR) + "/tests/multiproc/kizuna-test-c-worker";
+
+// A port the kernel just handed out; rank 0's store binds it right after.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+void launch(ProcessGroup& group, int n, const std::vector<std::string>& argv,
+            const ProcessGroup::Env& extra = {}) {
+  const std::string port = std::to_string(free_port());
+  for (int r = 0; r < n; ++r) {
+    ProcessGroup::Env env{{"RANK", std::to_string(r)},
+                          {"WORLD_SIZE", std::to_string(n)},
+                          {"LOCAL_RANK", std::to_string(r)},
+                          {"LOCAL_WORLD_SIZE", std::to_string(n)},
+                          {"MASTER_ADDR", "127.0.0.1"},
+                          {"MASTER_PORT", port},
+                          {"KIZUNA_STORE_TIMEOUT", "60"}};
+    for (const auto& [k, v] : extra) env[k] = v;
+    group.start(argv, env);
+  }
+}
+
+std::string describe(const std::vector<ProcessResult>& results) {
+  std::string out;
+  for (std::size_t r = 0; r < results.size(); ++r)
+    out += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
+           " signal " + std::to_string(results[r].signal) + (results[r].hung ? " HUNG" : "") + "\n" +
+           results[r].output;
+  return out;
+}
+
+int code_exit(kizuna::ErrorCode c) { return 10 + static_cast<int>(c); }
+
+}  // namespace
+
+TEST_CASE("processes run every collective correctly", "[multiproc]") {
+  const int n = GENERATE(2, 3, 4);
+  ProcessGroup group;
+  launch(group, n, {kWorker, "check"});
+  const auto results = group.wait(240s);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}
+
+TEST_CASE("a C program runs across 4 processes through kizuna.h", "[multiproc]") {
+  ProcessGroup group;
+  launch(group, 4, {kCWorker});
+  const auto results = group.wait(120s);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    CHECK(r.ok());
+    CHECK(r.output.find(": ok") != std::string::npos);
+  }
+}
+
+TEST_CASE("a rank SIGKILLed mid all-reduce: every survivor gets PeerLost naming it", "[multiproc]") {
+  const int victim = GENERATE(2, 0);  // rank 0 also hosts the store
+  ProcessGroup group;
+  launch(group, 4, {kWorker, "loop"}, {{"KIZUNA_TIMEOUT", "60"}});
+  std::this_thread::sleep_for(1500ms);  // let them connect and start looping
+  const auto killed_at = std::chrono::steady_clock::now();
+  group.kill(victim, SIGKILL);
+  const auto results = group.wait(50s);  // well below the 60 s collective deadline
+  INFO(describe(results));
+  const auto detected = std::chrono::steady_clock::now() - killed_at;
+  WARN("survivors exited " << std::chrono::duration_cast<std::chrono::milliseconds>(detected).count()
+                           << " ms after the kill");
+  for (int r = 0; r < 4; ++r) {
+    if (r == victim) {
+      CHECK(results[r].signal == SIGKILL);
+      continue;
+    }
+    CAPTURE(r);
+    CHECK_FALSE(results[r].hung);
+    CHECK(results[r].exit_code == code_exit(kizuna::ErrorCode::PeerLost));
+    CHECK(results[r].output.find("lost rank " + std::to_string(victim)) != std::string::npos);
+  }
+}
+
+TEST_CASE("KIZUNA_CHECK=1: a mismatched count is a Mismatch on every process", "[multiproc]") {
+  ProcessGroup group;
+  launch(group, 3, {kWorker, "mismatch"}, {{"KIZUNA_CHECK", "1"}, {"KIZUNA_TIMEOUT", "60"}});
+  const auto results = group.wait(60s);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    CHECK(r.exit_code == code_exit(kizuna::ErrorCode::Mismatch));
+    CHECK(r.output.find("rank 1 called all_reduce(count 999, float32, sum) #2") != std::string::npos);
+    CHECK(r.output.find("ranks 0, 2 called all_reduce(count 1000, float32, sum) #2") != std::string::npos);
+  }
+}
+
+TEST_CASE("split groups run different collectives concurrently", "[multiproc]") {
+  ProcessGroup group;
+  launch(group, 4, {kWorker, "split"});
+  const auto results = group.wait(120s);
+  INFO(describe(results));
+  for (const auto& r : results) CHECK(r.ok());
+}

@@ -1,0 +1,241 @@
+// Threads as ranks over loopback TCP: every collective x algorithm x dtype x
+// op against the serial reference, in place and out of place, counts 0, 1,
+// fewer than the ranks, prime, and many slices.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "collective_reference.hpp"
+#include "run_ranks.hpp"
+
+using namespace kizuna;
+using namespace kizuna::test;
+
+namespace {
+
+enum class Op { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast };
+
+const char* op_name(Op o) {
+  switch (o) {
+    case Op::AllReduce: return "all_reduce";
+    case Op::ReduceScatter: return "reduce_scatter";
+    case Op::Reduce: return "reduce";
+    case Op::AllGather: return "all_gather";
+    case Op::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+// Runs one collective on one rank and returns "" or what was wrong.
+std::string run_one(Communicator& comm, Op o, DataType dtype, ReduceOp rop, std::uint64_t count,
+                    bool in_place) {
+  const CollectiveReference ref(dtype, rop);
+  const int n = comm.size();
+  const int r = comm.rank();
+  const int root = n - 1;
+  const std::size_t elem = ref.elem();
+  std::vector<unsigned char> in, out;
+  switch (o) {
+    case Op::AllReduce: {
+      in = ref.input_buffer(r, count);
+      out.assign(count * elem + 1, 0xAB);
+      if (in_place) {
+        std::memcpy(out.data(), in.data(), in.size());
+        comm.all_reduce(out.data(), count, dtype, rop).wait();
+      } else {
+        comm.all_reduce(in.data(), out.data(), count, dtype, rop).wait();
+      }
+      return ref.compare(out.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
+    }
+    case Op::ReduceScatter: {
+      in = ref.input_buffer(r, count * n);
+      unsigned char* result;
+      if (in_place) {
+        comm.reduce_scatter(in.data(), in.data() + r * count * elem, count, dtype, rop).wait();
+        result = in.data() + r * count * elem;
+      } else {
+        out.assign(count * elem + 1, 0xAB);
+        comm.reduce_scatter(in.data(), out.data(), count, dtype, rop).wait();
+        result = out.data();
+      }
+      return ref.compare(result, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, r * count + i, w); });
+    }
+    case Op::Reduce: {
+      in = ref.input_buffer(r, count);
+      out.assign(count * elem + 1, 0xAB);
+      unsigned char* result = out.data();
+      if (in_place && r == root) {
+        comm.reduce(in.data(), in.data(), count, dtype, rop, root).wait();
+        result = in.data();
+      } else {
+        comm.reduce(in.data(), r == root ? out.data() : nullptr, count, dtype, rop, root).wait();
+      }
+      if (r != root) return "";
+      return ref.compare(result, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
+    }
+    case Op::AllGather: {
+      in = ref.input_buffer(r, count);
+      out.assign(count * n * elem + 1, 0xAB);
+      if (in_place) {
+        std::memcpy(out.data() + r * count * elem, in.data(), in.size());
+        comm.all_gather(out.data() + r * count * elem, out.data(), count, dtype).wait();
+      } else {
+        comm.all_gather(in.data(), out.data(), count, dtype).wait();
+      }
+      return ref.compare(out.data(), count * n, [&](std::uint64_t i, unsigned char* w) {
+        ref.input(static_cast<int>(i / count), i % count, w);
+      });
+    }
+    case Op::Broadcast: {
+      in = ref.input_buffer(r, count);
+      if (in_place) {
+        comm.broadcast(in.data(), count, dtype, root).wait();
+        return ref.compare(in.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.input(root, i, w); });
+      }
+      out.assign(count * elem + 1, 0xAB);
+      comm.broadcast(in.data(), out.data(), count, dtype, root).wait();
+      return ref.compare(out.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.input(root, i, w); });
+    }
+  }
+  return "unknown collective";
+}
+
+struct Case {
+  Op op;
+  DataType dtype;
+  ReduceOp rop;
+  std::uint64_t count;
+  bool in_place;
+};
+
+// Runs every case on every rank of `comms` (the same order everywhere) and
+// reports failures after all ranks are done, so one wrong result never
+// leaves the other ranks waiting in the next collective.
+void sweep(const std::vector<std::shared_ptr<Communicator>>& comms, const std::vector<Case>& cases,
+           const std::string& what) {
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  run_ranks(static_cast<int>(comms.size()), [&](int r) {
+    for (const Case& c : cases) {
+      const std::string wrong = run_one(*comms[r], c.op, c.dtype, c.rop, c.count, c.in_place);
+      if (!wrong.empty()) {
+        std::ostringstream msg;
+        msg << what << " " << op_name(c.op) << " " << name(c.dtype) << " " << name(c.rop) << " count "
+            << c.count << (c.in_place ? " in place" : "") << ", rank " << r << ": " << wrong;
+        std::lock_guard lock(mutex);
+        failures.push_back(msg.str());
+      }
+    }
+  });
+  if (!failures.empty()) FAIL(failures.size() << " failures; the first: " << failures.front());
+}
+
+std::vector<Case> cases_for(int world, bool all_types) {
+  std::vector<Case> cases;
+  const std::uint64_t counts[] = {0, 1, static_cast<std::uint64_t>(world > 1 ? world - 1 : 1), 13, 5003};
+  for (DataType dtype : kAllDataTypes) {
+    if (!all_types && dtype != DataType::Float32 && dtype != DataType::Int64 && dtype != DataType::BFloat16)
+      continue;
+    for (ReduceOp rop : kAllReduceOps) {
+      if (rop == ReduceOp::Avg && !is_floating(dtype)) continue;
+      for (std::uint64_t count : counts)
+        for (bool in_place : {false, true})
+          for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::Reduce})
+            cases.push_back({o, dtype, rop, count, in_place});
+    }
+    for (std::uint64_t count : counts)
+      for (bool in_place : {false, true})
+        for (Op o : {Op::AllGather, Op::Broadcast}) cases.push_back({o, dtype, ReduceOp::Sum, count, in_place});
+  }
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("collectives over TCP match the serial reference, ring and tree", "[comm]") {
+  const int world = GENERATE(1, 2, 3, 4, 5, 7, 8);
+  const Algorithm algorithm = GENERATE(Algorithm::Ring, Algorithm::Tree);
+  CAPTURE(world, static_cast<int>(algorithm));
+  CommOptions options;
+  options.algorithm = algorithm;
+  options.slice_bytes = 4096;  // many slices even for small buffers
+  options.timeout = std::chrono::seconds(60);
+  const auto comms = make_comms(world, options);
+  sweep(comms, cases_for(world, world <= 4), "world " + std::to_string(world));
+}
+
+TEST_CASE("large buffers with the default slice size", "[comm]") {
+  const int world = GENERATE(2, 3, 4);
+  const auto comms = make_comms(world);
+  std::vector<Case> cases;
+  for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::Reduce, Op::AllGather, Op::Broadcast})
+    cases.push_back({o, DataType::Float32, ReduceOp::Sum, 1'000'003, false});
+  cases.push_back({Op::AllReduce, DataType::BFloat16, ReduceOp::Avg, 3'000'017, true});
+  sweep(comms, cases, "world " + std::to_string(world));
+}
+
+TEST_CASE("barrier, send and recv", "[comm]") {
+  const int world = 4;
+  const auto comms = make_comms(world);
+  run_ranks(world, [&](int r) {
+    Communicator& c = *comms[r];
+    for (int i = 0; i < 10; ++i) c.barrier().wait();
+    // a ring of point-to-point messages, then the reverse
+    std::vector<std::int64_t> out(1000), in(1000);
+    for (int i = 0; i < 1000; ++i) out[i] = r * 1000 + i;
+    Work s = c.send(out.data(), out.size(), DataType::Int64, (r + 1) % world);
+    c.recv(in.data(), in.size(), DataType::Int64, (r + world - 1) % world).wait();
+    s.wait();
+    for (int i = 0; i < 1000; ++i) REQUIRE(in[i] == ((r + world - 1) % world) * 1000 + i);
+    // collectives still agree on sequence numbers after point-to-point traffic
+    float x = 1.0f;
+    c.all_reduce(&x, 1, DataType::Float32, ReduceOp::Sum).wait();
+    REQUIRE(x == static_cast<float>(world));
+  });
+}
+
+TEST_CASE("many asynchronous collectives in flight complete in call order", "[comm]") {
+  const int world = 3;
+  const auto comms = make_comms(world);
+  run_ranks(world, [&](int r) {
+    std::vector<std::vector<std::int32_t>> bufs(50, std::vector<std::int32_t>(1000));
+    std::vector<Work> works;
+    for (int k = 0; k < 50; ++k) {
+      for (auto& v : bufs[k]) v = r + k;
+      works.push_back(comms[r]->all_reduce(bufs[k].data(), 1000, DataType::Int32, ReduceOp::Sum));
+    }
+    for (int k = 49; k >= 0; --k) works[k].wait();
+    for (int k = 0; k < 50; ++k) REQUIRE(bufs[k][999] == 0 + 1 + 2 + 3 * k);
+    int called = 0;
+    works[0].on_complete([&](const Work& w) { called += w.done(); });
+    REQUIRE(called == 1);
+  });
+}
+
+TEST_CASE("split makes independent groups that run different collectives at once", "[comm]") {
+  const int world = 4;
+  const auto comms = make_comms(world);
+  run_ranks(world, [&](int r) {
+    auto sub = comms[r]->split(r % 2, -r);  // key -r: reversed order inside each group
+    REQUIRE(sub);
+    REQUIRE(sub->size() == 2);
+    REQUIRE(sub->rank() == (r < 2 ? 1 : 0));
+    if (r % 2 == 0) {
+      double x = r;
+      sub->all_reduce(&x, 1, DataType::Float64, ReduceOp::Sum).wait();
+      REQUIRE(x == 2.0);  // ranks 0 and 2
+    } else {
+      std::int32_t v[2] = {r, r};
+      std::int32_t all[4];
+      sub->all_gather(v, all, 2, DataType::Int32).wait();
+      // group {3, 1}: rank 3 is sub-rank 0
+      REQUIRE(all[0] == 3);
+      REQUIRE(all[2] == 1);
+    }
+    auto none = comms[r]->split(r == 0 ? -1 : 0, r);
+    REQUIRE((r == 0) == (none == nullptr));
+    if (none) REQUIRE(none->size() == 3);
+  });
+}

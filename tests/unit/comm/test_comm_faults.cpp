@@ -1,0 +1,146 @@
+// Faults with ranks as threads: bad arguments, timeouts, mismatched calls,
+// abort, a lost peer, and what the communicator does afterwards.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "run_ranks.hpp"
+
+using namespace kizuna;
+using namespace kizuna::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+Error error_of(const Work& w) {
+  try {
+    w.wait();
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(ErrorCode::Internal, "no error");
+}
+
+template <typename Fn>
+Error error_of_call(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(ErrorCode::Internal, "no error");
+}
+
+}  // namespace
+
+TEST_CASE("invalid arguments are InvalidArgument before anything is sent", "[faults]") {
+  const auto comms = make_comms(2);
+  Communicator& c = *comms[0];
+  float x[4] = {};
+  std::int32_t i[4] = {};
+  CHECK(error_of_call([&] { c.all_reduce(nullptr, x, 4, DataType::Float32, ReduceOp::Sum); }).code() == ErrorCode::InvalidArgument);
+  CHECK(error_of_call([&] { c.broadcast(x, 4, DataType::Float32, 2); }).code() == ErrorCode::InvalidArgument);
+  CHECK(error_of_call([&] { c.reduce(x, x, 4, DataType::Float32, ReduceOp::Sum, -1); }).code() == ErrorCode::InvalidArgument);
+  const Error avg = error_of_call([&] { c.all_reduce(i, 4, DataType::Int32, ReduceOp::Avg); });
+  CHECK(avg.code() == ErrorCode::InvalidArgument);
+  CHECK(std::string(avg.what()).find("floating types only") != std::string::npos);
+  CHECK(error_of_call([&] { c.all_reduce(x, 4, static_cast<DataType>(77), ReduceOp::Sum); }).code() == ErrorCode::InvalidArgument);
+  CHECK(error_of_call([&] { c.send(x, 4, DataType::Float32, 0); }).code() == ErrorCode::InvalidArgument);
+  // Nothing was sent: both ranks still agree and work.
+  run_ranks(2, [&](int r) {
+    float v = 1;
+    comms[r]->all_reduce(&v, 1, DataType::Float32, ReduceOp::Sum).wait();
+    REQUIRE(v == 2);
+  });
+}
+
+TEST_CASE("a rank that never arrives is a Timeout naming it", "[faults]") {
+  CommOptions options;
+  options.timeout = 1500ms;
+  options.algorithm = Algorithm::Ring;
+  const auto comms = make_comms(3, options);
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](int r) {  // rank 2 never calls
+    float v = 1;
+    const Error e = error_of(comms[r]->all_reduce(&v, 1, DataType::Float32, ReduceOp::Sum));
+    CHECK(e.code() == ErrorCode::Timeout);
+    messages[r] = e.what();
+  });
+  // rank 0 waits for its ring predecessor, rank 2
+  CHECK(messages[0].find("waiting for rank 2") != std::string::npos);
+  CHECK(messages[0].find("all_reduce #1") != std::string::npos);
+  CHECK(messages[0].find(", step ") != std::string::npos);
+  // afterwards the communicator says it is unusable
+  float v = 1;
+  const Error again = error_of(comms[0]->all_reduce(&v, 1, DataType::Float32, ReduceOp::Sum));
+  CHECK(again.code() == ErrorCode::Aborted);
+  CHECK(std::string(again.what()).find("unusable after an earlier error") != std::string::npos);
+}
+
+TEST_CASE("KIZUNA_CHECK: mismatched calls are a Mismatch on every rank, naming both calls", "[faults]") {
+  CommOptions options;
+  options.check = true;
+  options.timeout = 30s;
+  const auto comms = make_comms(3, options);
+  std::vector<std::string> messages(3);
+  run_ranks(3, [&](int r) {
+    std::vector<float> v(1000, 1.0f);
+    // a matching call first: the check passes silently
+    comms[r]->all_reduce(v.data(), 1000, DataType::Float32, ReduceOp::Sum).wait();
+    const std::size_t count = r == 1 ? 999 : 1000;
+    const Error e = error_of(comms[r]->all_reduce(v.data(), count, DataType::Float32, ReduceOp::Sum));
+    CHECK(e.code() == ErrorCode::Mismatch);
+    messages[r] = e.what();
+  });
+  for (const std::string& m : messages) {
+    CHECK(m.find("ranks 0, 2 called all_reduce(count 1000, float32, sum) #2") != std::string::npos);
+    CHECK(m.find("rank 1 called all_reduce(count 999, float32, sum) #2") != std::string::npos);
+  }
+}
+
+TEST_CASE("a lost peer fails the collective on every survivor with PeerLost naming it", "[faults]") {
+  CommOptions options;
+  options.timeout = 60s;  // a Timeout here would mean the loss went unnoticed
+  options.algorithm = Algorithm::Ring;
+  const auto comms = make_comms(4, options);
+  std::vector<std::string> messages(3);
+  std::atomic<int> started{0};
+  run_ranks(4, [&](int r) {
+    if (r == 3) {
+      // rank 3 "dies": it never joins and its connections go away
+      while (started.load() < 3) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(50ms);
+      comms[3]->abort("simulated crash");
+      return;
+    }
+    std::vector<float> v(1 << 16, 1.0f);
+    Work w = comms[r]->all_reduce(v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+    ++started;
+    const Error e = error_of(w);
+    CHECK(e.code() == ErrorCode::PeerLost);
+    messages[r] = e.what();
+  });
+  for (const std::string& m : messages) {
+    CAPTURE(m);
+    CHECK(m.find("lost rank 3") != std::string::npos);
+  }
+}
+
+TEST_CASE("abort fails pending and queued work at once", "[faults]") {
+  CommOptions options;
+  options.timeout = 60s;
+  const auto comms = make_comms(2, options);
+  float a = 1, b = 1;
+  Work first = comms[0]->all_reduce(&a, 1, DataType::Float32, ReduceOp::Sum);  // rank 1 never joins
+  Work second = comms[0]->all_reduce(&b, 1, DataType::Float32, ReduceOp::Sum);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(100ms);
+    comms[0]->abort("test");
+  });
+  CHECK(error_of(first).code() != ErrorCode::Internal);
+  CHECK(error_of(second).code() == ErrorCode::Aborted);
+  aborter.join();
+  CHECK(comms[0]->async_error() != nullptr);
+  CHECK(error_of(comms[0]->barrier()).code() == ErrorCode::Aborted);
+}

@@ -1,0 +1,104 @@
+// TcpLink on a socket pair: ordered messages both ways, the reduce sink,
+// tag and size checks, a closed peer, and abort notices.
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <numeric>
+#include <thread>
+
+#include "transport/tcp/tcp_link.hpp"
+
+using namespace kizuna;
+using namespace kizuna::transport;
+
+namespace {
+
+struct Pair {
+  std::unique_ptr<Link> a, b;
+  Pair() {
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    a = make_tcp_link(1, sv[0]);
+    b = make_tcp_link(0, sv[1]);
+  }
+};
+
+// Progresses both links until `done` holds (bounded, so a bug cannot hang).
+template <typename Done>
+void pump(Pair& p, Done&& done) {
+  for (long i = 0; i < 50'000'000 && !done(); ++i) {
+    p.a->progress();
+    p.b->progress();
+  }
+  REQUIRE(done());
+}
+
+}  // namespace
+
+TEST_CASE("messages arrive in order, both ways at once, copy and reduce", "[tcp_link]") {
+  Pair p;
+  const std::size_t n = 3'000'001;  // larger than any socket buffer, odd size
+  std::vector<float> x(n), y(n), got(n), sum(n);
+  std::iota(x.begin(), x.end(), 0.0f);
+  std::fill(y.begin(), y.end(), 1.0f);
+  p.a->post_send(x.data(), n * 4, {1, 0});
+  p.b->post_send(y.data(), n * 4, {1, 0});
+  p.a->post_send(x.data(), 0, {1, 1});  // an empty message (barriers send these)
+  RecvSink copy{got.data(), nullptr, n * 4, DataType::Float32, ReduceOp::Sum};
+  RecvSink reduce{sum.data(), x.data(), n * 4, DataType::Float32, ReduceOp::Sum};
+  p.b->post_recv(copy, {1, 0});
+  p.a->post_recv(reduce, {1, 0});
+  pump(p, [&] { return p.a->recv_done() && p.b->recv_done(); });
+  CHECK(got == x);
+  for (std::size_t i = 0; i < n; i += 999) REQUIRE(sum[i] == x[i] + 1.0f);
+  RecvSink empty{nullptr, nullptr, 0, DataType::UInt8, ReduceOp::Sum};
+  p.b->post_recv(empty, {1, 1});
+  pump(p, [&] { return p.b->recv_done() && p.a->send_idle(); });
+  CHECK(p.a->sent_count() == 2);
+}
+
+TEST_CASE("a message with another tag or size is a Mismatch", "[tcp_link]") {
+  Pair p;
+  int v = 5;
+  p.a->post_send(&v, 4, {7, 3});
+  int w = 0;
+  p.b->post_recv({&w, nullptr, 4, DataType::Int32, ReduceOp::Sum}, {7, 2});
+  try {
+    pump(p, [&] { return false; });
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::Mismatch);
+    CHECK(std::string(e.what()).find("message #3 of collective #7") != std::string::npos);
+  }
+}
+
+TEST_CASE("a closed peer is PeerLost naming it", "[tcp_link]") {
+  Pair p;
+  int w = 0;
+  p.b->post_recv({&w, nullptr, 4, DataType::Int32, ReduceOp::Sum}, {1, 0});
+  p.a.reset();  // the peer goes away
+  try {
+    for (int i = 0; i < 1000000; ++i) p.b->progress();
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::PeerLost);
+    CHECK(std::string(e.what()).find("lost rank 0") != std::string::npos);  // b's peer is rank 0
+  }
+}
+
+TEST_CASE("an abort notice fails the receiver with the sender's reason", "[tcp_link]") {
+  Pair p;
+  int w = 0;
+  p.b->post_recv({&w, nullptr, 4, DataType::Int32, ReduceOp::Sum}, {1, 0});
+  p.a->send_abort({1, 3, ErrorCode::PeerLost, "lost rank 3: connection reset"}, std::chrono::milliseconds(500));
+  try {
+    for (int i = 0; i < 1000000; ++i) p.b->progress();
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::PeerLost);
+    CHECK(std::string(e.what()) == "rank 1 failed: lost rank 3: connection reset");
+    REQUIRE(p.b->received_abort() != nullptr);
+    CHECK(p.b->received_abort()->lost_rank == 3);
+  }
+}
