@@ -16,6 +16,10 @@ class Store;
 // chooses per call.
 enum class Algorithm { Auto, Ring, Tree };
 
+// How ranks of one host talk. Auto: KIZUNA_TRANSPORT, else shared memory
+// between ranks of the same host and TCP across hosts.
+enum class Transport { Auto, Tcp, Shm };
+
 struct CommOptions {
   // The rendezvous store; every rank of the communicator uses the same one.
   std::shared_ptr<Store> store;
@@ -31,6 +35,7 @@ struct CommOptions {
   // Deadline of set-up (rendezvous and connections); 0: KIZUNA_STORE_TIMEOUT.
   std::chrono::milliseconds setup_timeout{0};
   Algorithm algorithm = Algorithm::Auto;
+  Transport transport = Transport::Auto;
   // Pipelining unit in bytes; 0: KIZUNA_SLICE_BYTES (default 512 KiB).
   std::uint64_t slice_bytes = 0;
   // Exchange call fingerprints before each collective; unset: KIZUNA_CHECK.

@@ -3,12 +3,15 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <algorithm>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "transport/tcp/tcp_connect.hpp"
+#include "transport/shm/shm_link.hpp"
 #include "transport/tcp/tcp_link.hpp"
 
 namespace kizuna::comm {
@@ -61,8 +64,107 @@ PeerInfo decode_peer(const std::string& text, int rank) {
   return p;
 }
 
+namespace {
+
+std::string hex(std::uint64_t v) {
+  std::ostringstream out;
+  out << std::hex << v;
+  return out.str();
+}
+
+std::set<int> parse_ranks(const std::string& text) {
+  std::set<int> out;
+  std::istringstream in(text);
+  int r;
+  while (in >> r) out.insert(r);
+  return out;
+}
+
+// Step 4: shared memory between the ranks of this node. Every rank creates
+// its segment (one inbound channel per local rank) and says so; maps the
+// segments of the local peers that could; says which it mapped; and, once
+// every local peer has said so, unlinks its own name, so nothing is left in
+// /dev/shm whatever happens next. A pair uses shared memory when each side
+// mapped the other's segment.
+void setup_shm(Store& store, const std::string& name, int rank, const BootstrapOptions& options,
+               Connected& out, Clock::time_point deadline) {
+  const auto& peers = out.topology.peers;
+  std::vector<int> local;
+  for (int r = 0; r < static_cast<int>(peers.size()); ++r)
+    if (peers[r].hostname == peers[rank].hostname && peers[r].boot_id == peers[rank].boot_id)
+      local.push_back(r);
+  out.local_ranks = static_cast<int>(local.size());
+  if (options.transport == TransportChoice::Shm && local.size() != peers.size())
+    KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_TRANSPORT=shm, but only ", local.size(), " of ",
+                 peers.size(), " ranks run on this host (", peers[rank].hostname,
+                 "); use auto to combine shared memory and TCP");
+  if (options.transport == TransportChoice::Tcp || local.size() < 2) return;
+  auto index_of = [&](int r) {
+    return static_cast<std::uint32_t>(std::find(local.begin(), local.end(), r) - local.begin());
+  };
+
+  transport::shm::Geometry g;
+  g.channels = static_cast<std::uint32_t>(local.size());
+  g.slot_bytes = 64 << 10;
+  g.slots = static_cast<std::uint32_t>(std::max<std::uint64_t>(4, options.shm_bytes / g.slot_bytes));
+  auto shm = std::make_unique<ShmSegments>();
+  std::string status;
+  try {
+    shm->mine = transport::shm::Segment::create(
+        "/kizuna-" + std::to_string(::getpid()) + "-" + hex(out.topology.comm_id) + "-" +
+            std::to_string(rank),
+        g,
+        out.topology.comm_id, rank);
+    status = "ok " + shm->mine.name();
+  } catch (const Error& e) {
+    if (options.transport == TransportChoice::Shm) throw;
+    KIZUNA_LOG(Warn) << "rank " << rank << ": no shared memory, using TCP inside the node: " << e.what();
+    status = std::string("fail ") + e.what();
+  }
+  const std::string prefix = name + "/shm/";
+  store.set(prefix + "segment/" + std::to_string(rank), status);
+  std::vector<std::string> keys;
+  for (int r : local) keys.push_back(prefix + "segment/" + std::to_string(r));
+  const std::vector<Bytes> statuses = store.multi_get(keys, left(deadline));
+
+  std::string mapped;
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const int r = local[i];
+    const std::string st = text(statuses[i]);
+    if (r == rank || st.rfind("ok ", 0) != 0 || status.rfind("ok ", 0) != 0) continue;
+    try {
+      shm->peers.emplace(r, transport::shm::Segment::map(st.substr(3), out.topology.comm_id, r));
+      mapped += std::to_string(r) + " ";
+    } catch (const Error& e) {
+      if (options.transport == TransportChoice::Shm) throw;
+      KIZUNA_LOG(Warn) << "rank " << rank << ": cannot map rank " << r << "'s shared memory, using TCP: " << e.what();
+    }
+  }
+  store.set(prefix + "mapped/" + std::to_string(rank), mapped);
+  keys.clear();
+  for (int r : local) keys.push_back(prefix + "mapped/" + std::to_string(r));
+  const std::vector<Bytes> all_mapped = store.multi_get(keys, left(deadline));
+  shm->mine.unlink();
+
+  bool any = false;
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const int r = local[i];
+    if (r == rank || !shm->peers.count(r) || !parse_ranks(text(all_mapped[i])).count(rank)) continue;
+    out.links[r] = transport::shm::make_shm_link(r, shm->mine, index_of(r), shm->peers.at(r),
+                                                 index_of(rank), std::move(out.links[r]));
+    any = true;
+  }
+  if (options.transport == TransportChoice::Shm && !any)
+    KIZUNA_THROW(ErrorCode::SystemError, "KIZUNA_TRANSPORT=shm, but rank ", rank,
+                 " could not share memory with its peers");
+  if (any) out.shm = std::move(shm);
+}
+
+}  // namespace
+
 Connected bootstrap(Store& store, const std::string& name, int rank, int world_size,
-                    const std::string& local_address, Clock::time_point deadline) {
+                    const BootstrapOptions& options, Clock::time_point deadline) {
+  const std::string& local_address = options.local_address;
   Connected out;
   const std::string id_key = name + "/comm_id";
   if (rank == 0) {
@@ -94,8 +196,10 @@ Connected bootstrap(Store& store, const std::string& name, int rank, int world_s
   out.links.resize(world_size);
   for (int r = 0; r < world_size; ++r)
     if (fds[r] >= 0) out.links[r] = transport::make_tcp_link(r, fds[r]);
+  setup_shm(store, name, rank, options, out, deadline);
   KIZUNA_LOG(Debug) << "rank " << rank << " of " << name << ": connected to " << world_size - 1
-                    << " peers from " << local_address << ":" << listener.port();
+                    << " peers from " << local_address << ":" << listener.port() << ", "
+                    << (out.shm ? out.local_ranks - 1 : 0) << " through shared memory";
   return out;
 }
 

@@ -4,7 +4,8 @@
 //   2. every rank listens on port 0 of its chosen address and publishes
 //      {hostname, boot id, pid, address, port, incarnation};
 //   3. every rank reads everyone's entry, then the connections are opened
-//      (lower rank connects to higher, transport/tcp/tcp_connect.hpp).
+//      (lower rank connects to higher, transport/tcp/tcp_connect.hpp);
+//   4. ranks of the same node set up shared memory (see below).
 // All keys are under "<name>/". Bounded by `deadline`: a rank that never
 // shows up is a Timeout naming it.
 #pragma once
@@ -13,11 +14,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "transport/link.hpp"
+#include "transport/shm/segment.hpp"
 
 namespace kizuna::comm {
 
@@ -35,13 +38,35 @@ struct Topology {
   std::vector<PeerInfo> peers;  // by rank
 };
 
-struct Connected {
-  Topology topology;
-  std::vector<std::unique_ptr<transport::Link>> links;  // by rank; null for self
+// Shared memory between the ranks of this node: this rank's segment (its
+// inbound channels) and the peers' it writes into. Outlives the links.
+struct ShmSegments {
+  transport::shm::Segment mine;
+  std::map<int, transport::shm::Segment> peers;
 };
 
+struct Connected {
+  Topology topology;
+  std::unique_ptr<ShmSegments> shm;                     // null when no pair uses shared memory
+  std::vector<std::unique_ptr<transport::Link>> links;  // by rank; null for self
+  int local_ranks = 1;                                  // ranks on this node, this one included
+};
+
+enum class TransportChoice { Auto, Tcp, Shm };
+
+struct BootstrapOptions {
+  std::string local_address;
+  TransportChoice transport = TransportChoice::Auto;
+  std::uint64_t shm_bytes = 1 << 20;  // per directed pair
+};
+
+// Opens TCP connections to every peer, then replaces the ones to ranks of
+// the same node (same hostname and boot id) by shared-memory links, each
+// keeping its TCP connection for liveness and abort notices. With Auto, a
+// pair that cannot use shared memory (a full /dev/shm, different mount
+// namespaces) stays on TCP with a warning; with Shm it is an error.
 Connected bootstrap(Store& store, const std::string& name, int rank, int world_size,
-                    const std::string& local_address, std::chrono::steady_clock::time_point deadline);
+                    const BootstrapOptions& options, std::chrono::steady_clock::time_point deadline);
 
 std::string encode_peer(const PeerInfo& peer);
 PeerInfo decode_peer(const std::string& text, int rank);

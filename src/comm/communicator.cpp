@@ -91,6 +91,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   algo::LinkModel link_model;
 
   comm::Topology topology;
+  std::unique_ptr<comm::ShmSegments> shm;  // before links: it must outlive them
   std::vector<std::unique_ptr<transport::Link>> links;
   std::unique_ptr<comm::Executor> executor;
   std::vector<unsigned char> scratch;
@@ -368,14 +369,28 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   core::set_log_rank(options.rank);
 
   const auto setup = options.setup_timeout.count() > 0 ? options.setup_timeout : env.store_timeout;
+  comm::BootstrapOptions boot;
+  boot.local_address = choose_local_address(options.store.get());
+  boot.transport = options.transport == Transport::Tcp     ? comm::TransportChoice::Tcp
+                   : options.transport == Transport::Shm   ? comm::TransportChoice::Shm
+                   : env.transport == core::Env::Transport::Tcp ? comm::TransportChoice::Tcp
+                   : env.transport == core::Env::Transport::Shm ? comm::TransportChoice::Shm
+                                                                : comm::TransportChoice::Auto;
+  boot.shm_bytes = env.shm_bytes;
   comm::Connected connected = comm::bootstrap(*options.store, impl->name, impl->rank, impl->world,
-                                               choose_local_address(options.store.get()),
-                                               Clock::now() + setup);
+                                               boot, Clock::now() + setup);
   impl->topology = std::move(connected.topology);
+  impl->shm = std::move(connected.shm);
   impl->links = std::move(connected.links);
   std::vector<transport::Link*> raw;
   for (auto& link : impl->links) raw.push_back(link.get());
   impl->executor = std::make_unique<comm::Executor>(std::move(raw), impl->rank);
+  if (impl->shm) impl->executor->set_doorbell(impl->shm->mine.header());
+  // Spin while waiting only when every rank of the node has a core to itself.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool oversubscribed = connected.local_ranks > cores;
+  impl->executor->set_spin(std::chrono::microseconds(env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 50),
+                           oversubscribed ? 4 : 16);
   impl->p2p_sent.assign(impl->world, 0);
   impl->p2p_received.assign(impl->world, 0);
   impl->start();

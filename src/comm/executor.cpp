@@ -3,9 +3,11 @@
 #include <poll.h>
 
 #include <cstring>
+#include <thread>
 
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "transport/shm/shm_link.hpp"
 
 namespace kizuna::comm {
 
@@ -55,27 +57,46 @@ void Executor::wait_all_sends() {
   pending_.clear();
 }
 
+bool Executor::progress_busy() {
+  bool moved = false;
+  for (transport::Link* link : links_) {
+    if (link == nullptr || (link != recv_link_ && link->send_idle())) continue;
+    try {
+      moved |= link->progress();
+    } catch (const Error& e) {
+      failed_peer_ = link->peer();
+      if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
+      KIZUNA_THROW(e.code(), *label_, ", step ", step_ + 1, " of ", steps_, ": ", e.what());
+    }
+  }
+  return moved;
+}
+
+void Executor::check_peers() {
+  for (transport::Link* link : links_) {
+    if (link == nullptr || !link->uses_doorbell()) continue;
+    try {
+      link->check_peer();
+    } catch (const Error& e) {
+      failed_peer_ = link->peer();
+      if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
+      KIZUNA_THROW(e.code(), *label_, ", step ", step_ + 1, " of ", steps_, ": ", e.what());
+    }
+  }
+}
+
 template <typename Done>
 void Executor::wait_until(Done&& done, int awaiting) {
   auto spin_until = Clock::now() + spin_;
+  int yields = 0;
   std::vector<pollfd> fds;
-  std::vector<transport::Link*> polled;
   for (;;) {
-    bool moved = false;
-    for (transport::Link* link : links_) {
-      if (link == nullptr || (link != recv_link_ && link->send_idle())) continue;
-      try {
-        moved |= link->progress();
-      } catch (const Error& e) {
-        failed_peer_ = link->peer();
-        if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
-        KIZUNA_THROW(e.code(), *label_, ", step ", step_ + 1, " of ", steps_, ": ", e.what());
-      }
-    }
+    const bool moved = progress_busy();
     if (done()) return;
     const auto now = Clock::now();
     if (moved) {
       spin_until = now + spin_;
+      yields = 0;
       continue;
     }
     if (now >= deadline_) {
@@ -87,23 +108,37 @@ void Executor::wait_until(Done&& done, int awaiting) {
                    step_ + 1, " of ", steps_);
     }
     if (now < spin_until) continue;
+    if (yields < yields_) {
+      ++yields;
+      std::this_thread::yield();
+      continue;
+    }
     // Nothing moves: sleep until a busy link can, or the deadline.
     fds.clear();
-    polled.clear();
+    bool shm_busy = false;
     for (transport::Link* link : links_) {
       if (link == nullptr) continue;
+      if (link->uses_doorbell()) {
+        shm_busy |= link == recv_link_ || !link->send_idle();
+        continue;
+      }
       const short events = link->wait_events();
-      if (events == 0 || link->wait_fd() < 0) continue;
-      fds.push_back({link->wait_fd(), events, 0});
-      polled.push_back(link);
+      if (events != 0 && link->wait_fd() >= 0) fds.push_back({link->wait_fd(), events, 0});
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - now).count();
-    const int timeout_ms = static_cast<int>(std::min<long long>(left + 1, 100));
-    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
-    if (ready == 0)
-      KIZUNA_LOG(Debug) << *label_ << ": no progress for " << timeout_ms << " ms at step " << step_ + 1
-                        << " of " << steps_ << " (" << fds.size() << " links polled)";
+    const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - now).count();
+    if (!fds.empty()) {
+      // Sockets and shared memory both busy: poll briefly and look again.
+      const int timeout_ms = static_cast<int>(std::min<long long>(left_ms + 1, shm_busy ? 1 : 100));
+      if (::poll(fds.data(), fds.size(), timeout_ms) == 0 && !shm_busy)
+        KIZUNA_LOG(Debug) << *label_ << ": no progress for " << timeout_ms << " ms at step " << step_ + 1
+                          << " of " << steps_;
+    } else if (shm_busy && doorbell_ != nullptr) {
+      check_peers();
+      const auto nap = std::chrono::microseconds(std::min<long long>(left_ms + 1, 50) * 1000);
+      transport::shm::doorbell_sleep(doorbell_, [this] { return progress_busy(); }, nap);
+    }
     spin_until = Clock::now() + spin_;
+    yields = 0;
   }
 }
 

@@ -27,6 +27,7 @@
 
 #include "algo/schedule.hpp"
 #include "transport/link.hpp"
+#include "transport/shm/layout.hpp"
 
 namespace kizuna::comm {
 
@@ -51,8 +52,14 @@ class Executor {
   // root cause), to be passed on unchanged.
   const transport::AbortNotice* cause() const { return cause_ ? &*cause_ : nullptr; }
 
-  // How long to spin on a link before sleeping in poll().
-  void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
+  // Waiting: spin on progress() for `spin`, then yield the core `yields`
+  // times, then sleep (poll() on sockets, the doorbell for shared memory).
+  void set_spin(std::chrono::microseconds spin, int yields) {
+    spin_ = spin;
+    yields_ = yields;
+  }
+  // This rank's shared-memory doorbell, when some links use shared memory.
+  void set_doorbell(transport::shm::SegmentHeader* doorbell) { doorbell_ = doorbell; }
 
  private:
   struct PendingSend {
@@ -72,6 +79,10 @@ class Executor {
   // whose message or progress we wait for (-1: any), for the error message.
   template <typename Done>
   void wait_until(Done&& done, int awaiting);
+  // progress() on every busy link; true if anything moved.
+  bool progress_busy();
+  // check_peer() on every shared-memory link (before sleeping).
+  void check_peers();
 
   std::vector<transport::Link*> links_;
   int rank_;
@@ -79,6 +90,8 @@ class Executor {
   std::vector<PendingSend> pending_;
   transport::Link* recv_link_ = nullptr;
   std::chrono::microseconds spin_{20};
+  int yields_ = 16;
+  transport::shm::SegmentHeader* doorbell_ = nullptr;
   int failed_peer_ = -1;
   std::optional<transport::AbortNotice> cause_;
 

@@ -116,10 +116,14 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_STORE_TIMEOUT",
       "KIZUNA_STORE",
       "KIZUNA_STORE_TOKEN",
+      "KIZUNA_STORE_PREFIX",
       "KIZUNA_ALGO",
       "KIZUNA_SLICE_BYTES",
       "KIZUNA_CHECK",
       "KIZUNA_SOCKET_IFNAME",
+      "KIZUNA_TRANSPORT",
+      "KIZUNA_SHM_BYTES",
+      "KIZUNA_SPIN_US",
   };
   return names;
 }
@@ -139,6 +143,15 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_STORE_TIMEOUT"))
     env.store_timeout = parse_duration("KIZUNA_STORE_TIMEOUT", *v);
   if (auto v = lookup("KIZUNA_STORE_TOKEN")) env.store_token = *v;
+  if (auto v = lookup("KIZUNA_STORE_PREFIX")) {
+    const bool printable = std::all_of(v->begin(), v->end(), [](char c) { return c > ' ' && c < 127; });
+    if (v->empty() || v->size() > 512 || !printable || v->front() == '/' || v->back() == '/' ||
+        v->find("//") != std::string::npos)
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_STORE_PREFIX='", *v,
+                   "' is not a key prefix; accepted: 1 to 512 printable characters without spaces, "
+                   "not starting or ending with '/' and without '//' (e.g. run7/round0)");
+    env.store_prefix = *v;
+  }
   if (auto v = lookup("KIZUNA_ALGO")) {
     const std::string value = trim_lower(*v);
     if (value == "auto") env.algo = Algo::Auto;
@@ -160,6 +173,24 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SOCKET_IFNAME='", *v,
                    "' is not an interface name (1 to 15 characters, e.g. eth0)");
     env.socket_ifname = *v;
+  }
+  if (auto v = lookup("KIZUNA_TRANSPORT")) {
+    const std::string value = trim_lower(*v);
+    if (value == "auto") env.transport = Transport::Auto;
+    else if (value == "tcp") env.transport = Transport::Tcp;
+    else if (value == "shm") env.transport = Transport::Shm;
+    else
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_TRANSPORT='", *v,
+                   "' is not a transport; accepted: auto, tcp, shm");
+  }
+  if (auto v = lookup("KIZUNA_SHM_BYTES")) {
+    env.shm_bytes = parse_size("KIZUNA_SHM_BYTES", *v);
+    if (env.shm_bytes < (64u << 10) || env.shm_bytes > (1u << 30))
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SHM_BYTES='", *v,
+                   "' is out of range; accepted: 64K .. 1G");
+  }
+  if (auto v = lookup("KIZUNA_SPIN_US")) {
+    if (trim_lower(*v) != "auto") env.spin_us = static_cast<int>(parse_int("KIZUNA_SPIN_US", *v, 0, 1'000'000));
   }
 
   const auto& known = known_variables();

@@ -34,6 +34,9 @@ struct Env {
   std::chrono::milliseconds timeout{300'000};          // KIZUNA_TIMEOUT
   std::chrono::milliseconds store_timeout{60'000};     // KIZUNA_STORE_TIMEOUT
   std::string store_token;                             // KIZUNA_STORE_TOKEN ("" = no auth)
+  // Every key of Store::from_env() lives under "<prefix>/"; kizuna-run sets
+  // a fresh one per restart round so a new round sees no stale keys.
+  std::string store_prefix;                            // KIZUNA_STORE_PREFIX ("" = none)
   // KIZUNA_STORE (host:port) is read with the launcher variables, in core/launch_env.
 
   enum class Algo { Auto, Ring, Tree };
@@ -41,6 +44,10 @@ struct Env {
   std::uint64_t slice_bytes = 512 << 10;               // KIZUNA_SLICE_BYTES
   bool check = false;                                  // KIZUNA_CHECK
   std::string socket_ifname;                           // KIZUNA_SOCKET_IFNAME
+  enum class Transport { Auto, Tcp, Shm };
+  Transport transport = Transport::Auto;               // KIZUNA_TRANSPORT
+  std::uint64_t shm_bytes = 1 << 20;                   // KIZUNA_SHM_BYTES (per channel)
+  int spin_us = -1;                                    // KIZUNA_SPIN_US (-1: auto)
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,
   // each as a ready-to-log sentence.

@@ -1,4 +1,5 @@
 // Store's factories: from_url and from_env.
+#include <kizuna/prefix_store.hpp>
 #include <kizuna/store.hpp>
 #include <kizuna/tcp_store.hpp>
 
@@ -31,9 +32,13 @@ std::shared_ptr<Store> from_launch_env(const core::LaunchEnv& launch, std::chron
   TcpStoreOptions options;
   options.host = launch.store_host;
   options.port = launch.store_port;
-  options.is_server = launch.rank == 0;
+  // KIZUNA_STORE names a store that already runs (kizuna-store serve, or the
+  // one kizuna-run hosts): every rank is a client. With MASTER_ADDR and
+  // MASTER_PORT rank 0 hosts it, as torch.distributed does.
+  const bool external = launch.store_source == "KIZUNA_STORE";
+  options.is_server = launch.rank == 0 && !external;
   if (options.is_server) options.host = "";  // listen on every interface, as torch does
-  options.world_size = launch.world_size;
+  if (!external) options.world_size = launch.world_size;
   options.timeout = timeout;
   options.token = token;
   return std::make_shared<TcpStore>(options);
@@ -49,7 +54,11 @@ std::shared_ptr<Store> Store::from_url(const std::string& url) {
 
 std::shared_ptr<Store> Store::from_env() {
   const core::Env& env = core::Env::get();
-  return store::from_launch_env(core::LaunchEnv::from_process(), env.store_timeout, env.store_token);
+  auto store = store::from_launch_env(core::LaunchEnv::from_process(), env.store_timeout, env.store_token);
+  // KIZUNA_STORE_PREFIX (kizuna-run sets one per restart round): every key
+  // of this process lives under it, so a new round never sees stale keys.
+  if (env.store_prefix.empty()) return store;
+  return std::make_shared<PrefixStore>(env.store_prefix, std::move(store));
 }
 
 }  // namespace kizuna

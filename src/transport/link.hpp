@@ -82,6 +82,12 @@ class Link {
 
   virtual int wait_fd() const = 0;
   virtual short wait_events() const = 0;
+  // True for links that wake their owner through the shared-memory
+  // doorbell instead of a descriptor (transport/shm).
+  virtual bool uses_doorbell() const { return false; }
+  // Doorbell links: look for the peer's death or abort notice now (the
+  // executor calls it before sleeping). Throws like progress().
+  virtual void check_peer() {}
 
   // Best effort, bounded by `grace`: flush pending sends, then deliver the
   // notice; if that cannot be done in time the connection is reset instead.

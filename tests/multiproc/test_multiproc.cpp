@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -64,8 +65,10 @@ int code_exit(kizuna::ErrorCode c) { return 10 + static_cast<int>(c); }
 
 TEST_CASE("processes run every collective correctly", "[multiproc]") {
   const int n = GENERATE(2, 3, 4);
+  const std::string transport = GENERATE("tcp", "shm");
+  CAPTURE(n, transport);
   ProcessGroup group;
-  launch(group, n, {kWorker, "check"});
+  launch(group, n, {kWorker, "check"}, {{"KIZUNA_TRANSPORT", transport}});
   const auto results = group.wait(240s);
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
@@ -84,8 +87,10 @@ TEST_CASE("a C program runs across 4 processes through kizuna.h", "[multiproc]")
 
 TEST_CASE("a rank SIGKILLed mid all-reduce: every survivor gets PeerLost naming it", "[multiproc]") {
   const int victim = GENERATE(2, 0);  // rank 0 also hosts the store
+  const std::string transport = GENERATE("tcp", "shm");
+  CAPTURE(victim, transport);
   ProcessGroup group;
-  launch(group, 4, {kWorker, "loop"}, {{"KIZUNA_TIMEOUT", "60"}});
+  launch(group, 4, {kWorker, "loop"}, {{"KIZUNA_TIMEOUT", "60"}, {"KIZUNA_TRANSPORT", transport}});
   std::this_thread::sleep_for(1500ms);  // let them connect and start looping
   const auto killed_at = std::chrono::steady_clock::now();
   group.kill(victim, SIGKILL);
@@ -104,6 +109,11 @@ TEST_CASE("a rank SIGKILLed mid all-reduce: every survivor gets PeerLost naming 
     CHECK(results[r].exit_code == code_exit(kizuna::ErrorCode::PeerLost));
     CHECK(results[r].output.find("lost rank " + std::to_string(victim)) != std::string::npos);
   }
+  // the job's shared memory was unlinked at set-up: nothing is left behind
+  // (segments are named /kizuna-<pid>-<communicator>-<rank>)
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    for (int r = 0; r < 4; ++r)
+      CHECK(entry.path().filename().string().rfind("kizuna-" + std::to_string(group.pid(r)) + "-", 0) != 0);
 }
 
 TEST_CASE("KIZUNA_CHECK=1: a mismatched count is a Mismatch on every process", "[multiproc]") {

@@ -154,12 +154,14 @@ std::vector<Case> cases_for(int world, bool all_types) {
 
 }  // namespace
 
-TEST_CASE("collectives over TCP match the serial reference, ring and tree", "[comm]") {
+TEST_CASE("collectives match the serial reference: ring and tree, TCP and shared memory", "[comm]") {
   const int world = GENERATE(1, 2, 3, 4, 5, 7, 8);
   const Algorithm algorithm = GENERATE(Algorithm::Ring, Algorithm::Tree);
-  CAPTURE(world, static_cast<int>(algorithm));
+  const Transport transport = GENERATE(Transport::Tcp, Transport::Shm);
+  CAPTURE(world, static_cast<int>(algorithm), static_cast<int>(transport));
   CommOptions options;
   options.algorithm = algorithm;
+  options.transport = transport;
   options.slice_bytes = 4096;  // many slices even for small buffers
   options.timeout = std::chrono::seconds(60);
   const auto comms = make_comms(world, options);
@@ -168,7 +170,10 @@ TEST_CASE("collectives over TCP match the serial reference, ring and tree", "[co
 
 TEST_CASE("large buffers with the default slice size", "[comm]") {
   const int world = GENERATE(2, 3, 4);
-  const auto comms = make_comms(world);
+  const Transport transport = GENERATE(Transport::Tcp, Transport::Shm);
+  CommOptions options;
+  options.transport = transport;
+  const auto comms = make_comms(world, options);
   std::vector<Case> cases;
   for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::Reduce, Op::AllGather, Op::Broadcast})
     cases.push_back({o, DataType::Float32, ReduceOp::Sum, 1'000'003, false});
@@ -178,7 +183,9 @@ TEST_CASE("large buffers with the default slice size", "[comm]") {
 
 TEST_CASE("barrier, send and recv", "[comm]") {
   const int world = 4;
-  const auto comms = make_comms(world);
+  CommOptions options;
+  options.transport = GENERATE(Transport::Tcp, Transport::Shm);
+  const auto comms = make_comms(world, options);
   run_ranks(world, [&](int r) {
     Communicator& c = *comms[r];
     for (int i = 0; i < 10; ++i) c.barrier().wait();

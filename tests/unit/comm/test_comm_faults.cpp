@@ -57,6 +57,7 @@ TEST_CASE("invalid arguments are InvalidArgument before anything is sent", "[fau
 
 TEST_CASE("a rank that never arrives is a Timeout naming it", "[faults]") {
   CommOptions options;
+  options.transport = GENERATE(Transport::Tcp, Transport::Shm);
   options.timeout = 1500ms;
   options.algorithm = Algorithm::Ring;
   const auto comms = make_comms(3, options);
@@ -101,6 +102,7 @@ TEST_CASE("KIZUNA_CHECK: mismatched calls are a Mismatch on every rank, naming b
 
 TEST_CASE("a lost peer fails the collective on every survivor with PeerLost naming it", "[faults]") {
   CommOptions options;
+  options.transport = GENERATE(Transport::Tcp, Transport::Shm);
   options.timeout = 60s;  // a Timeout here would mean the loss went unnoticed
   options.algorithm = Algorithm::Ring;
   const auto comms = make_comms(4, options);

@@ -129,3 +129,31 @@ TEST_CASE("KIZUNA_STORE_TOKEN, KIZUNA_ALGO, KIZUNA_SLICE_BYTES, KIZUNA_CHECK, KI
   CHECK(error_of({{"KIZUNA_SOCKET_IFNAME", "an-interface-name-too-long"}}).find("KIZUNA_SOCKET_IFNAME") !=
         std::string::npos);
 }
+
+TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US", "[env]") {
+  CHECK(parse({}).transport == Env::Transport::Auto);
+  CHECK(parse({{"KIZUNA_TRANSPORT", "shm"}}).transport == Env::Transport::Shm);
+  CHECK(parse({{"KIZUNA_TRANSPORT", "TCP"}}).transport == Env::Transport::Tcp);
+  CHECK(error_of({{"KIZUNA_TRANSPORT", "rdma"}}).find("accepted: auto, tcp, shm") != std::string::npos);
+  CHECK(parse({}).shm_bytes == 1 << 20);
+  CHECK(parse({{"KIZUNA_SHM_BYTES", "4M"}}).shm_bytes == 4 << 20);
+  CHECK(error_of({{"KIZUNA_SHM_BYTES", "1K"}}).find("64K .. 1G") != std::string::npos);
+  CHECK(parse({}).spin_us == -1);
+  CHECK(parse({{"KIZUNA_SPIN_US", "auto"}}).spin_us == -1);
+  CHECK(parse({{"KIZUNA_SPIN_US", "20"}}).spin_us == 20);
+  CHECK(error_of({{"KIZUNA_SPIN_US", "-1"}}).find("KIZUNA_SPIN_US") != std::string::npos);
+}
+
+TEST_CASE("KIZUNA_STORE_PREFIX", "[env]") {
+  CHECK(parse({}).store_prefix.empty());
+  CHECK(parse({{"KIZUNA_STORE_PREFIX", "run1a2b/round3"}}).store_prefix == "run1a2b/round3");
+  CHECK(parse({{"KIZUNA_STORE_PREFIX", "job"}}).store_prefix == "job");
+  for (const char* bad : {"", "/run", "run/", "run//round0", "has space", "tab\there"}) {
+    CAPTURE(bad);
+    const std::string what = error_of({{"KIZUNA_STORE_PREFIX", bad}});
+    CHECK(what.find("KIZUNA_STORE_PREFIX='") != std::string::npos);
+    CHECK(what.find("not a key prefix") != std::string::npos);
+  }
+  CHECK(error_of({{"KIZUNA_STORE_PREFIX", std::string(513, 'a')}}).find("1 to 512") != std::string::npos);
+  CHECK(parse({{"KIZUNA_STORE_PREFIX", "x"}}).warnings.empty());
+}

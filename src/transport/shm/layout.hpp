@@ -1,0 +1,84 @@
+// transport/shm/layout.hpp: what lives in a rank's shared-memory segment.
+//
+// Rank R's segment holds R's doorbell and one inbound channel per rank of
+// its node (the one for R itself is unused); the sender S writes into
+// channel S of R's segment, R reads it. Everything that another process
+// reads or writes is a fixed-size, trivially copyable struct of atomics and
+// plain integers, at fixed offsets, with every field that two processes
+// write on its own cache line.
+//
+//   [SegmentHeader 128 B][ChannelControl x channels, 256 B each]
+//   [slots of channel 0][slots of channel 1]...
+//   slot = SlotHeader (64 B) + slot_bytes of payload
+//
+// A channel is a ring of `slots` slots. `head` counts slots the sender has
+// published, `tail` slots the receiver has released (both wrap at 2^32;
+// head - tail is the number in use). A message occupies ceil(bytes /
+// slot_bytes) slots (one for an empty message); up to kInlineBytes travel
+// inside the slot header, so a small message touches a single cache line.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace kizuna::transport::shm {
+
+inline constexpr std::uint64_t kSegmentMagic = 0x4d48535a4b5a4b31ull;  // "1KZKZSHM"
+inline constexpr std::uint32_t kSegmentVersion = 1;
+inline constexpr std::size_t kInlineBytes = 24;
+
+struct alignas(64) SegmentHeader {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t channels;
+  std::uint64_t slot_bytes;
+  std::uint32_t slots;
+  std::uint32_t owner_rank;
+  std::uint64_t comm_id;
+  // The owner sleeps on the doorbell; a peer that gives it something to do
+  // (a published slot, a released slot) rings it if `sleeping` is set.
+  alignas(64) std::atomic<std::uint32_t> doorbell;
+  std::atomic<std::uint32_t> sleeping;
+};
+
+struct alignas(64) ChannelControl {
+  alignas(64) std::atomic<std::uint32_t> head;  // written by the sender
+  alignas(64) std::atomic<std::uint32_t> tail;  // written by the receiver
+  alignas(64) std::uint8_t reserved[64];
+  alignas(64) std::uint8_t reserved2[64];
+};
+
+struct alignas(64) SlotHeader {
+  std::uint64_t seq;            // message tag: collective sequence
+  std::uint32_t index;          // message tag: index on this link
+  std::uint32_t slot_bytes;     // payload bytes in this slot
+  std::uint64_t message_bytes;  // the whole message
+  std::uint64_t offset;         // of this slot's payload within the message
+  std::uint8_t inline_data[kInlineBytes];
+};
+
+static_assert(sizeof(SegmentHeader) == 128);
+static_assert(sizeof(ChannelControl) == 256);
+static_assert(sizeof(SlotHeader) == 64);
+static_assert(std::is_trivially_copyable_v<SlotHeader>);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+struct Geometry {
+  std::uint32_t channels = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t slot_bytes = 0;
+
+  std::size_t slot_stride() const { return sizeof(SlotHeader) + slot_bytes; }
+  std::size_t channel_offset(std::uint32_t c) const {
+    return sizeof(SegmentHeader) + sizeof(ChannelControl) * c;
+  }
+  std::size_t slot_offset(std::uint32_t c, std::uint32_t s) const {
+    return sizeof(SegmentHeader) + sizeof(ChannelControl) * channels +
+           (static_cast<std::size_t>(c) * slots + s) * slot_stride();
+  }
+  std::size_t total_bytes() const { return slot_offset(channels, 0); }
+};
+
+}  // namespace kizuna::transport::shm

@@ -1,0 +1,120 @@
+#include "transport/shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "core/check.hpp"
+
+namespace kizuna::transport::shm {
+
+Segment::~Segment() {
+  if (base_) ::munmap(base_, bytes_);
+  if (linked_) ::shm_unlink(name_.c_str());
+}
+
+Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }
+
+Segment& Segment::operator=(Segment&& o) noexcept {
+  if (this != &o) {
+    if (base_) ::munmap(base_, bytes_);
+    if (linked_) ::shm_unlink(name_.c_str());
+    base_ = o.base_;
+    bytes_ = o.bytes_;
+    geometry_ = o.geometry_;
+    name_ = std::move(o.name_);
+    linked_ = o.linked_;
+    o.base_ = nullptr;
+    o.linked_ = false;
+  }
+  return *this;
+}
+
+Segment Segment::create(const std::string& name, const Geometry& g, std::uint64_t comm_id, int owner) {
+  Segment s;
+  s.name_ = name;
+  s.geometry_ = g;
+  s.bytes_ = g.total_bytes();
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0)
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot create shared memory ", name, ": ", std::strerror(errno));
+  s.linked_ = true;
+  // Reserve every page now: a /dev/shm too small for us is an error here,
+  // not a SIGBUS in the middle of a collective.
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(s.bytes_));
+  if (rc != 0) {
+    ::close(fd);
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot reserve ", s.bytes_ >> 10, " KiB of shared memory for ",
+                 name, ": ", std::strerror(rc), " (is /dev/shm too small? free: ",
+                 shm_free_bytes() >> 20, " MiB)");
+  }
+  void* p = ::mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED)
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot map shared memory ", name, ": ", std::strerror(errno));
+  s.base_ = static_cast<unsigned char*>(p);
+  auto* h = new (s.base_) SegmentHeader{};
+  h->version = kSegmentVersion;
+  h->channels = g.channels;
+  h->slot_bytes = g.slot_bytes;
+  h->slots = g.slots;
+  h->owner_rank = static_cast<std::uint32_t>(owner);
+  h->comm_id = comm_id;
+  h->doorbell.store(0);
+  h->sleeping.store(0);
+  for (std::uint32_t c = 0; c < g.channels; ++c) new (s.channel(c)) ChannelControl{};
+  // Peers map the segment only after its name reaches them through the
+  // store, which orders these writes before their reads.
+  h->magic = kSegmentMagic;
+  return s;
+}
+
+Segment Segment::map(const std::string& name, std::uint64_t comm_id, int owner) {
+  Segment s;
+  s.name_ = name;
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0)
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot open rank ", owner, "'s shared memory ", name, ": ",
+                 std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (static_cast<std::size_t>(st.st_size) < sizeof(SegmentHeader)) {
+    ::close(fd);
+    KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " is too small");
+  }
+  s.bytes_ = static_cast<std::size_t>(st.st_size);
+  void* p = ::mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED)
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot map rank ", owner, "'s shared memory ", name, ": ",
+                 std::strerror(errno));
+  s.base_ = static_cast<unsigned char*>(p);
+  const SegmentHeader* h = s.header();
+  if (h->magic != kSegmentMagic || h->version != kSegmentVersion || h->comm_id != comm_id ||
+      h->owner_rank != static_cast<std::uint32_t>(owner))
+    KIZUNA_THROW(ErrorCode::Mismatch, "shared memory ", name, " is not rank ", owner,
+                 "'s segment of this communicator (stale or foreign)");
+  s.geometry_ = Geometry{h->channels, h->slots, h->slot_bytes};
+  if (s.geometry_.total_bytes() > s.bytes_)
+    KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " is truncated");
+  return s;
+}
+
+void Segment::unlink() {
+  if (linked_) ::shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+std::uint64_t shm_free_bytes() {
+  struct statvfs v {};
+  if (::statvfs("/dev/shm", &v) != 0) return 0;
+  return static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+}
+
+}  // namespace kizuna::transport::shm

@@ -1,0 +1,54 @@
+// transport/shm/segment.hpp: a POSIX shared-memory segment, created by its
+// owner and mapped by the peers of the same node.
+//
+// create() reserves the memory for real (posix_fallocate) so that a full
+// /dev/shm is a clear SystemError now rather than a SIGBUS later, and
+// initialises the header. map() opens a peer's segment and checks its
+// header (magic, version, communicator). unlink() removes the name; the
+// mapping stays valid until the Segment is destroyed, so a segment can be
+// unlinked as soon as every peer has mapped it and a crash leaves nothing
+// behind in /dev/shm.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "transport/shm/layout.hpp"
+
+namespace kizuna::transport::shm {
+
+class Segment {
+ public:
+  Segment() = default;
+  ~Segment();
+  Segment(Segment&& other) noexcept;
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  static Segment create(const std::string& name, const Geometry& g, std::uint64_t comm_id, int owner);
+  static Segment map(const std::string& name, std::uint64_t comm_id, int owner);
+
+  void unlink();
+
+  SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(base_); }
+  const Geometry& geometry() const { return geometry_; }
+  ChannelControl* channel(std::uint32_t c) const {
+    return reinterpret_cast<ChannelControl*>(base_ + geometry_.channel_offset(c));
+  }
+  unsigned char* slot(std::uint32_t c, std::uint32_t s) const { return base_ + geometry_.slot_offset(c, s); }
+  const std::string& name() const { return name_; }
+
+ private:
+  unsigned char* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  Geometry geometry_;
+  std::string name_;
+  bool linked_ = false;
+};
+
+// Bytes free in /dev/shm, or 0 when it cannot be told.
+std::uint64_t shm_free_bytes();
+
+}  // namespace kizuna::transport::shm

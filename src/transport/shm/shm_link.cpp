@@ -1,0 +1,254 @@
+#include "transport/shm/shm_link.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+
+#include "core/check.hpp"
+#include "core/reduce.hpp"
+#include "transport/shm/futex.hpp"
+
+namespace kizuna::transport::shm {
+namespace {
+
+// How often an idle link looks at its control connection.
+constexpr std::uint32_t kControlEvery = 256;
+
+void ring(SegmentHeader* owner) {
+  // Pairs with doorbell_sleep: our channel update is ordered before this
+  // read of `sleeping`, its write of `sleeping` before its channel check.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (owner->sleeping.load(std::memory_order_relaxed)) {
+    owner->doorbell.fetch_add(1, std::memory_order_relaxed);
+    futex_wake_all(&owner->doorbell);
+  }
+}
+
+class ShmLink final : public Link {
+ public:
+  ShmLink(int peer, const Segment& mine, std::uint32_t peer_slot, const Segment& theirs,
+          std::uint32_t my_slot, std::unique_ptr<Link> control)
+      : Link(peer),
+        in_(mine.channel(peer_slot)),
+        out_(theirs.channel(my_slot)),
+        mine_(mine.header()),
+        theirs_(theirs.header()),
+        geometry_(mine.geometry()),
+        peer_geometry_(theirs.geometry()),
+        control_(std::move(control)) {
+    for (std::uint32_t s = 0; s < geometry_.slots; ++s) in_slots_.push_back(mine.slot(peer_slot, s));
+    for (std::uint32_t s = 0; s < peer_geometry_.slots; ++s) out_slots_.push_back(theirs.slot(my_slot, s));
+    // The control connection carries no data: a receive that nothing
+    // matches turns its end-of-file or an abort notice into an error.
+    control_->post_recv({nullptr, nullptr, 0, DataType::UInt8, ReduceOp::Sum}, {~0ull, ~0u});
+  }
+
+  std::uint64_t post_send(const void* data, std::size_t bytes, const MessageTag& tag) override {
+    check_open();
+    sendq_.push_back({static_cast<const unsigned char*>(data), bytes, tag, 0, false});
+    return ++posted_;
+  }
+
+  std::uint64_t sent_count() const override { return sent_; }
+
+  void post_recv(const RecvSink& sink, const MessageTag& tag) override {
+    check_open();
+    sink_ = sink;
+    expect_ = tag;
+    received_ = 0;
+    recv_active_ = true;
+    recv_complete_ = false;
+    started_ = false;
+  }
+
+  bool recv_done() const override { return recv_complete_; }
+
+  bool progress() override {
+    check_open();
+    const bool moved = progress_send() | progress_recv();
+    if (!moved && ++idle_ % kControlEvery == 0) check_control();
+    return moved;
+  }
+
+  int wait_fd() const override { return -1; }
+  short wait_events() const override { return 0; }
+  bool uses_doorbell() const override { return true; }
+  void check_peer() override { check_control(); }
+
+  void send_abort(const AbortNotice& notice, std::chrono::milliseconds grace) override {
+    closed_.store(true);
+    control_->send_abort(notice, grace);
+    ring(theirs_);
+  }
+
+  void interrupt() override {
+    closed_.store(true);
+    control_->interrupt();
+    ring(mine_);
+  }
+
+ private:
+  struct Pending {
+    const unsigned char* data;
+    std::size_t bytes;
+    MessageTag tag;
+    std::size_t done;  // payload bytes published
+    bool started;      // at least one slot published (an empty message needs one)
+  };
+
+  // Progresses the control connection: its end-of-file or an abort notice
+  // on it becomes this link's error (and its notice this link's).
+  void check_control() {
+    try {
+      control_->progress();
+    } catch (const Error&) {
+      if (const AbortNotice* notice = control_->received_abort()) received_abort_ = *notice;
+      closed_.store(true);
+      throw;
+    }
+  }
+
+  void check_open() {
+    if (closed_.load(std::memory_order_relaxed)) {
+      check_control();  // reports the peer's notice or end-of-file if there is one
+      KIZUNA_THROW(ErrorCode::Aborted, "the link to rank ", peer_, " is closed");
+    }
+  }
+
+  bool progress_send() {
+    if (sendq_.empty()) return false;
+    const std::uint32_t slots = peer_geometry_.slots;
+    const std::size_t slot_bytes = peer_geometry_.slot_bytes;
+    std::uint32_t head = out_head_;
+    std::uint32_t published = 0;
+    while (!sendq_.empty()) {
+      if (head - out_tail_cache_ == slots) {
+        out_tail_cache_ = out_->tail.load(std::memory_order_acquire);
+        if (head - out_tail_cache_ == slots) break;  // the peer has not caught up
+      }
+      Pending& p = sendq_.front();
+      unsigned char* slot = out_slots_[head % slots];
+      auto* h = reinterpret_cast<SlotHeader*>(slot);
+      const std::size_t n = std::min(slot_bytes, p.bytes - p.done);
+      h->seq = p.tag.seq;
+      h->index = p.tag.index;
+      h->slot_bytes = static_cast<std::uint32_t>(n);
+      h->message_bytes = p.bytes;
+      h->offset = p.done;
+      if (n <= kInlineBytes) std::memcpy(h->inline_data, p.data + p.done, n);
+      else std::memcpy(slot + sizeof(SlotHeader), p.data + p.done, n);
+      p.done += n;
+      p.started = true;
+      ++head;
+      ++published;
+      if (p.done == p.bytes) {
+        sendq_.pop_front();
+        ++sent_;
+      }
+      if (published == slots / 2) {  // let the receiver start on a long message
+        out_->head.store(head, std::memory_order_release);
+        ring(theirs_);
+        published = 0;
+      }
+    }
+    const bool moved = head != out_head_;
+    if (published) {
+      out_->head.store(head, std::memory_order_release);
+      ring(theirs_);
+    }
+    out_head_ = head;
+    return moved;
+  }
+
+  bool progress_recv() {
+    if (!recv_active_ || recv_complete_) return false;
+    const std::uint32_t slots = geometry_.slots;
+    bool moved = false;
+    for (;;) {
+      if (in_head_cache_ == in_tail_) {
+        in_head_cache_ = in_->head.load(std::memory_order_acquire);
+        if (in_head_cache_ == in_tail_) break;
+      }
+      const unsigned char* slot = in_slots_[in_tail_ % slots];
+      const auto* h = reinterpret_cast<const SlotHeader*>(slot);
+      if (!started_) {
+        if (h->seq != expect_.seq || h->index != expect_.index || h->message_bytes != sink_.bytes)
+          KIZUNA_THROW(ErrorCode::Mismatch, "rank ", peer_, " sent message #", h->index,
+                       " of collective #", h->seq, " (", h->message_bytes, " bytes) where message #",
+                       expect_.index, " of collective #", expect_.seq, " (", sink_.bytes,
+                       " bytes) was expected: the ranks are not running the same collectives");
+        started_ = true;
+      }
+      if (h->offset != received_)
+        KIZUNA_THROW(ErrorCode::Internal, "shared memory from rank ", peer_, ": slot at offset ",
+                     h->offset, " where ", received_, " was expected");
+      const std::size_t n = h->slot_bytes;
+      const unsigned char* payload = n <= kInlineBytes ? h->inline_data : slot + sizeof(SlotHeader);
+      if (n) {
+        auto* dst = static_cast<unsigned char*>(sink_.dst) + received_;
+        if (sink_.src == nullptr)
+          std::memcpy(dst, payload, n);
+        else
+          core::reduce_into(dst, static_cast<const unsigned char*>(sink_.src) + received_, payload,
+                            n / size_of(sink_.dtype), sink_.dtype, sink_.op);
+      }
+      received_ += n;
+      ++in_tail_;
+      in_->tail.store(in_tail_, std::memory_order_release);
+      ring(theirs_);
+      moved = true;
+      if (received_ == sink_.bytes) {
+        recv_complete_ = true;
+        break;
+      }
+    }
+    return moved;
+  }
+
+  ChannelControl* in_;
+  ChannelControl* out_;
+  SegmentHeader* mine_;
+  SegmentHeader* theirs_;
+  Geometry geometry_;
+  Geometry peer_geometry_;
+  std::vector<unsigned char*> in_slots_;
+  std::vector<unsigned char*> out_slots_;
+  std::unique_ptr<Link> control_;
+  std::atomic<bool> closed_{false};
+  std::uint32_t idle_ = 0;
+
+  std::deque<Pending> sendq_;
+  std::uint64_t sent_ = 0;
+  std::uint32_t out_head_ = 0;
+  std::uint32_t out_tail_cache_ = 0;
+
+  bool recv_active_ = false;
+  bool recv_complete_ = false;
+  bool started_ = false;
+  RecvSink sink_;
+  MessageTag expect_;
+  std::size_t received_ = 0;
+  std::uint32_t in_tail_ = 0;
+  std::uint32_t in_head_cache_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Link> make_shm_link(int peer, const Segment& mine, std::uint32_t peer_slot,
+                                    const Segment& theirs, std::uint32_t my_slot,
+                                    std::unique_ptr<Link> control) {
+  return std::make_unique<ShmLink>(peer, mine, peer_slot, theirs, my_slot, std::move(control));
+}
+
+bool doorbell_sleep(SegmentHeader* owner, const std::function<bool()>& progress,
+                    std::chrono::microseconds timeout) {
+  owner->sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const std::uint32_t bell = owner->doorbell.load(std::memory_order_relaxed);
+  const bool moved = progress();
+  if (!moved) futex_wait(&owner->doorbell, bell, timeout);
+  owner->sleeping.store(0, std::memory_order_relaxed);
+  return moved;
+}
+
+}  // namespace kizuna::transport::shm

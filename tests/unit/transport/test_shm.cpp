@@ -1,0 +1,128 @@
+// Shared memory: segments (create, map, refuse foreign ones, a /dev/shm too
+// small is an error, not a crash) and ShmLink between two segments of one
+// process, with a socket pair as the control connection.
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "transport/shm/shm_link.hpp"
+#include "transport/tcp/tcp_link.hpp"
+
+using namespace kizuna;
+using namespace kizuna::transport;
+using namespace kizuna::transport::shm;
+
+namespace {
+
+std::string unique_name(const char* what) {
+  static int n = 0;
+  return "/kizuna-test-" + std::to_string(::getpid()) + "-" + what + std::to_string(n++);
+}
+
+struct ShmPair {
+  Segment s0, s1;
+  std::unique_ptr<Link> a, b;  // a: rank 0's link to rank 1; b: rank 1's link to rank 0
+  explicit ShmPair(Geometry g = {2, 4, 4096}) {
+    s0 = Segment::create(unique_name("a"), g, 42, 0);
+    s1 = Segment::create(unique_name("b"), g, 42, 1);
+    Segment m1 = Segment::map(s1.name(), 42, 1);  // rank 0's view of rank 1's segment
+    Segment m0 = Segment::map(s0.name(), 42, 0);
+    s0.unlink();
+    s1.unlink();
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    mapped1 = std::move(m1);
+    mapped0 = std::move(m0);
+    a = make_shm_link(1, s0, 1, mapped1, 0, make_tcp_link(1, sv[0]));
+    b = make_shm_link(0, s1, 0, mapped0, 1, make_tcp_link(0, sv[1]));
+  }
+  Segment mapped0, mapped1;
+};
+
+template <typename Done>
+void pump(ShmPair& p, Done&& done) {
+  for (long i = 0; i < 100'000'000 && !done(); ++i) {
+    p.a->progress();
+    p.b->progress();
+  }
+  REQUIRE(done());
+}
+
+}  // namespace
+
+TEST_CASE("a segment is mapped by its peers and unlinked without harm", "[shm]") {
+  const Geometry g{3, 4, 4096};
+  Segment s = Segment::create(unique_name("s"), g, 7, 2);
+  const std::string path = "/dev/shm" + s.name();
+  CHECK(std::filesystem::exists(path));
+  Segment m = Segment::map(s.name(), 7, 2);
+  CHECK(m.geometry().channels == 3);
+  CHECK(m.geometry().slot_bytes == 4096);
+  s.unlink();
+  CHECK_FALSE(std::filesystem::exists(path));
+  // still usable through both mappings
+  s.channel(1)->head.store(5);
+  CHECK(m.channel(1)->head.load() == 5);
+}
+
+TEST_CASE("a foreign or stale segment is refused", "[shm]") {
+  Segment s = Segment::create(unique_name("f"), {2, 4, 4096}, 7, 0);
+  CHECK_THROWS_WITH(Segment::map(s.name(), 8, 0), Catch::Contains("not rank 0's segment of this communicator"));
+  CHECK_THROWS_WITH(Segment::map(s.name(), 7, 1), Catch::Contains("not rank 1's segment"));
+  CHECK_THROWS_WITH(Segment::map("/kizuna-test-none", 7, 0), Catch::Contains("cannot open rank 0's shared memory"));
+}
+
+TEST_CASE("a /dev/shm too small is a clear error, not a crash", "[shm]") {
+  const std::uint64_t too_much = shm_free_bytes() + (1ull << 30);
+  const Geometry g{2, static_cast<std::uint32_t>(too_much / (1 << 20)) + 1, 1 << 20};
+  try {
+    Segment::create(unique_name("big"), g, 1, 0);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::SystemError);
+    CHECK(std::string(e.what()).find("is /dev/shm too small?") != std::string::npos);
+  }
+}
+
+TEST_CASE("ShmLink: messages of every size, both ways, copy and reduce", "[shm]") {
+  ShmPair p;
+  for (std::size_t n : {0ul, 1ul, 6ul, 7ul, 1024ul, 1025ul, 100'003ul}) {
+    CAPTURE(n);
+    std::vector<float> x(n), y(n), got(n), sum(n);
+    std::iota(x.begin(), x.end(), 1.0f);
+    std::fill(y.begin(), y.end(), 2.0f);
+    p.a->post_send(x.data(), n * 4, {9, 0});
+    p.b->post_send(y.data(), n * 4, {9, 0});
+    p.b->post_recv({got.data(), nullptr, n * 4, DataType::Float32, ReduceOp::Sum}, {9, 0});
+    p.a->post_recv({sum.data(), x.data(), n * 4, DataType::Float32, ReduceOp::Sum}, {9, 0});
+    pump(p, [&] { return p.a->recv_done() && p.b->recv_done() && p.a->send_idle() && p.b->send_idle(); });
+    CHECK(got == x);
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(sum[i] == x[i] + 2.0f);
+  }
+}
+
+TEST_CASE("ShmLink: a wrong tag is a Mismatch; a dead peer is PeerLost", "[shm]") {
+  {
+    ShmPair p;
+    int v = 1, w = 0;
+    p.a->post_send(&v, 4, {1, 1});
+    p.b->post_recv({&w, nullptr, 4, DataType::Int32, ReduceOp::Sum}, {1, 0});
+    CHECK_THROWS_WITH(pump(p, [] { return false; }), Catch::Contains("message #1 of collective #1"));
+  }
+  {
+    ShmPair p;
+    int w = 0;
+    p.b->post_recv({&w, nullptr, 4, DataType::Int32, ReduceOp::Sum}, {1, 0});
+    p.a.reset();  // the peer dies: its control connection closes
+    try {
+      p.b->check_peer();
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::PeerLost);
+    }
+  }
+}
