@@ -66,6 +66,10 @@ class StepWriter {
             std::uint64_t count) {
     push({StepOp::Copy, src, dst, -1, -1, src_offset, dst_offset, count});
   }
+  void local_reduce(Buffer src, std::uint64_t src_offset, Buffer dst, std::uint64_t dst_offset,
+                    std::uint64_t count) {
+    push({StepOp::LocalReduce, src, dst, -1, -1, src_offset, dst_offset, count});
+  }
 
  private:
   void push(Step s) { steps_.push_back(s); }
@@ -83,6 +87,8 @@ void chain_reduce(const ScheduleRequest& req, RankSchedule& out);
 void binomial_broadcast(const ScheduleRequest& req, RankSchedule& out);
 void binomial_reduce(const ScheduleRequest& req, RankSchedule& out);
 void dissemination_barrier(const ScheduleRequest& req, RankSchedule& out);
+void one_shot_all_reduce(const ScheduleRequest& req, RankSchedule& out);
+void hierarchical_all_reduce(const ScheduleRequest& req, RankSchedule& out);
 
 // Pipelining unit and chunk alignment, in elements.
 inline std::uint64_t slice_elems(const ScheduleRequest& req) {

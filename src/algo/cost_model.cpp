@@ -1,5 +1,7 @@
 #include "algo/cost_model.hpp"
 
+#include <vector>
+
 namespace kizuna::algo {
 namespace {
 int ceil_log2(int n) {
@@ -20,6 +22,7 @@ double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,
   switch (c) {
     case Collective::AllReduce:
       if (a == Algorithm::Ring) return 2 * (N - 1) * alpha + 2 * (N - 1) / N * n * beta;
+      if (a == Algorithm::OneShot) return alpha + (N - 1) * n * beta * 2;
       return 2 * (S + 1) * alpha + 2 * n * beta;
     case Collective::Broadcast:
     case Collective::Reduce:
@@ -34,13 +37,19 @@ double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,
   return 0.0;
 }
 
-Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const LinkModel& link) {
+Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const LinkModel& link,
+                           bool one_shot) {
   if (c != Collective::AllReduce && c != Collective::Broadcast && c != Collective::Reduce)
     return Algorithm::Ring;
-  return predicted_us(c, Algorithm::Tree, bytes, world, link) <
-                 predicted_us(c, Algorithm::Ring, bytes, world, link)
-             ? Algorithm::Tree
-             : Algorithm::Ring;
+  Algorithm best = Algorithm::Ring;
+  double best_us = predicted_us(c, Algorithm::Ring, bytes, world, link);
+  std::vector<Algorithm> others{Algorithm::Tree};
+  if (one_shot && c == Collective::AllReduce) others.push_back(Algorithm::OneShot);
+  for (Algorithm a : others) {
+    const double us = predicted_us(c, a, bytes, world, link);
+    if (us < best_us) best = a, best_us = us;
+  }
+  return best;
 }
 
 }  // namespace kizuna::algo

@@ -6,6 +6,7 @@
 //
 //   all-reduce ring   2(N-1) alpha + 2(N-1)/N n beta    bandwidth-optimal
 //   all-reduce tree   2(S+1) alpha + 2 n beta           fewer hops: small n, large N
+//   all-reduce 1-shot alpha + (N-1) n beta (+ N-1 local folds) one round: tiny n
 //   bcast/reduce chain   (N-1) alpha + n beta           pipelined: large n
 //   bcast/reduce binomial S alpha + S n beta            fewer hops: small n
 //
@@ -27,8 +28,10 @@ struct LinkModel {
 double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,
                     const LinkModel& link);
 
-// The faster algorithm for this call under `link`; Ring for collectives
-// that have no tree form, and on ties.
-Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const LinkModel& link);
+// The fastest algorithm for this call under `link`; Ring for collectives
+// that have no other form, and on ties. One-shot only when `one_shot` (it
+// pays off only where a message costs little: shared memory).
+Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const LinkModel& link,
+                           bool one_shot = false);
 
 }  // namespace kizuna::algo

@@ -1,5 +1,6 @@
 #include "algo/schedule.hpp"
 
+#include <map>
 #include <sstream>
 
 #include "algo/builder.hpp"
@@ -19,7 +20,14 @@ std::string_view name(Collective c) {
   return "unknown";
 }
 
-std::string_view name(Algorithm a) { return a == Algorithm::Ring ? "ring" : "tree"; }
+std::string_view name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Tree: return "tree";
+    case Algorithm::OneShot: return "oneshot";
+  }
+  return "unknown";
+}
 
 std::string_view name(StepOp op) {
   switch (op) {
@@ -29,6 +37,7 @@ std::string_view name(StepOp op) {
     case StepOp::RecvReduceSend: return "recv_reduce_send";
     case StepOp::RecvCopySend: return "recv_copy_send";
     case StepOp::Copy: return "copy";
+    case StepOp::LocalReduce: return "local_reduce";
   }
   return "unknown";
 }
@@ -56,18 +65,38 @@ std::string describe(const Step& s) {
   return out.str();
 }
 
+bool is_hierarchical(const ScheduleRequest& req) {
+  if (req.collective != Collective::AllReduce || req.node_of.empty()) return false;
+  std::map<int, int> ranks_per_node;
+  for (int node : req.node_of) ++ranks_per_node[node];
+  if (ranks_per_node.size() < 2) return false;
+  for (const auto& [node, ranks] : ranks_per_node)
+    if (ranks > 1) return true;
+  return false;
+}
+
 RankSchedule make_schedule(const ScheduleRequest& req) {
   KIZUNA_CHECK_ARG(req.world_size >= 1, "world size ", req.world_size, " must be at least 1");
   KIZUNA_CHECK_ARG(req.rank >= 0 && req.rank < req.world_size, "rank ", req.rank,
                    " is out of range for world size ", req.world_size);
   KIZUNA_CHECK_ARG(req.elem_size > 0, "element size must be positive");
+  KIZUNA_CHECK_ARG(req.node_of.empty() || static_cast<int>(req.node_of.size()) == req.world_size,
+                   "node map of ", req.node_of.size(), " ranks for world size ", req.world_size);
   RankSchedule out;
   out.request = req;
   out.algorithm = req.algorithm;
   switch (req.collective) {
     case Collective::AllReduce:
-      if (req.algorithm == Algorithm::Tree) tree_all_reduce(req, out);
-      else ring_all_reduce(req, out);
+      if (is_hierarchical(req)) {
+        out.hierarchical = true;
+        hierarchical_all_reduce(req, out);
+      } else if (req.algorithm == Algorithm::Tree) {
+        tree_all_reduce(req, out);
+      } else if (req.algorithm == Algorithm::OneShot) {
+        one_shot_all_reduce(req, out);
+      } else {
+        ring_all_reduce(req, out);
+      }
       break;
     case Collective::AllGather:
       out.algorithm = Algorithm::Ring;
@@ -82,7 +111,8 @@ RankSchedule make_schedule(const ScheduleRequest& req) {
       KIZUNA_CHECK_ARG(req.root >= 0 && req.root < req.world_size, "root ", req.root,
                        " is out of range for world size ", req.world_size);
       const bool bcast = req.collective == Collective::Broadcast;
-      if (req.algorithm == Algorithm::Tree) bcast ? binomial_broadcast(req, out) : binomial_reduce(req, out);
+      if (req.algorithm == Algorithm::OneShot) out.algorithm = Algorithm::Ring;
+      if (out.algorithm == Algorithm::Tree) bcast ? binomial_broadcast(req, out) : binomial_reduce(req, out);
       else bcast ? chain_broadcast(req, out) : chain_reduce(req, out);
       break;
     }

@@ -9,6 +9,7 @@
 //   RecvReduceSend  dst[range] = src[range] op message; send dst[range]
 //   RecvCopySend    dst[range] = message;               send dst[range]
 //   Copy            dst[range] = src[range]             (local, no message)
+//   LocalReduce     dst[range] = dst[range] op src[range]  (local, no message)
 //
 // Buffers: Input (the caller's send buffer, read only), Output (the caller's
 // receive buffer) and Scratch (owned by the executor, scratch_count elements).
@@ -44,10 +45,12 @@ enum class Collective : std::uint8_t {
 
 // Ring: ring all-reduce / all-gather / reduce-scatter, pipelined chain for
 // broadcast and reduce. Tree: double binary tree all-reduce, binomial tree
-// broadcast and reduce. Collectives that have no tree form run as Ring.
-enum class Algorithm : std::uint8_t { Ring, Tree };
+// broadcast and reduce. OneShot: every rank sends its buffer to every other
+// and reduces all of them locally, in rank order (all-reduce of small
+// buffers). Collectives that have no tree or one-shot form run as Ring.
+enum class Algorithm : std::uint8_t { Ring, Tree, OneShot };
 
-enum class StepOp : std::uint8_t { Send, Recv, RecvReduce, RecvReduceSend, RecvCopySend, Copy };
+enum class StepOp : std::uint8_t { Send, Recv, RecvReduce, RecvReduceSend, RecvCopySend, Copy, LocalReduce };
 
 enum class Buffer : std::uint8_t { Input, Output, Scratch };
 
@@ -65,7 +68,9 @@ struct Step {
   std::uint64_t dst_offset = 0;  // elements
   std::uint64_t count = 0;       // elements
 
-  bool receives() const { return op != StepOp::Send && op != StepOp::Copy; }
+  bool receives() const {
+    return op != StepOp::Send && op != StepOp::Copy && op != StepOp::LocalReduce;
+  }
   bool sends() const {
     return op == StepOp::Send || op == StepOp::RecvReduceSend || op == StepOp::RecvCopySend;
   }
@@ -83,11 +88,17 @@ struct ScheduleRequest {
   std::uint64_t count = 0;   // elements: per rank for AllGather (input) and ReduceScatter (output)
   std::uint64_t elem_size = 4;
   std::uint64_t slice_bytes = 512 << 10;  // pipelining unit
+  // The node of every rank (empty: all on one node). When an all-reduce
+  // spans several nodes and some node holds several ranks, the schedule is
+  // hierarchical: reduce inside each node to its lowest rank (the leader),
+  // all-reduce among the leaders with `algorithm`, broadcast inside each node.
+  std::vector<int> node_of;
 };
 
 struct RankSchedule {
   ScheduleRequest request;
   Algorithm algorithm = Algorithm::Ring;  // the one actually used
+  bool hierarchical = false;
   std::uint64_t input_count = 0;          // elements the Input buffer holds
   std::uint64_t output_count = 0;         // elements the Output buffer holds
   std::uint64_t scratch_count = 0;        // elements of Scratch the executor must provide
@@ -97,6 +108,9 @@ struct RankSchedule {
 // The schedule of `request.rank`. Throws InvalidArgument for a bad request
 // (world < 1, rank or root out of range, elem_size 0).
 RankSchedule make_schedule(const ScheduleRequest& request);
+
+// True when make_schedule(request) is hierarchical (see node_of).
+bool is_hierarchical(const ScheduleRequest& request);
 
 // One line per step, for logs and test failures.
 std::string describe(const Step& step);

@@ -69,6 +69,10 @@ std::size_t simulate(const std::vector<RankSchedule>& schedules, DataType dtype,
                               at(r, step.src, step.src_offset, step.count, step), message.data(),
                               step.count, dtype, op);
             break;
+          case StepOp::LocalReduce:
+            core::reduce(at(r, step.dst, step.dst_offset, step.count, step),
+                         at(r, step.src, step.src_offset, step.count, step), step.count, dtype, op);
+            break;
           case StepOp::Copy: {
             unsigned char* dst = at(r, step.dst, step.dst_offset, step.count, step);
             const unsigned char* src = at(r, step.src, step.src_offset, step.count, step);

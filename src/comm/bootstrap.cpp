@@ -37,6 +37,15 @@ std::string boot_id() {
   return id.empty() ? "unknown" : id;
 }
 
+std::string network_namespace() {
+  char buf[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/net", buf, sizeof buf - 1);
+  std::string ns = n > 0 ? std::string(buf, n) : "unknown";
+  for (char& c : ns)
+    if (c == ' ') c = '_';
+  return ns;
+}
+
 std::chrono::milliseconds left(Clock::time_point deadline) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return std::max(ms, std::chrono::milliseconds(1));
@@ -46,10 +55,14 @@ std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
 }  // namespace
 
+bool same_node(const PeerInfo& a, const PeerInfo& b) {
+  return a.hostname == b.hostname && a.boot_id == b.boot_id && a.netns == b.netns;
+}
+
 std::string encode_peer(const PeerInfo& p) {
   std::ostringstream out;
-  out << "kizuna-peer-v1 " << p.hostname << " " << p.boot_id << " " << p.pid << " " << p.address
-      << " " << p.port << " " << p.incarnation;
+  out << "kizuna-peer-v2 " << p.hostname << " " << p.boot_id << " " << p.netns << " " << p.pid << " "
+      << p.address << " " << p.port << " " << p.incarnation;
   return out.str();
 }
 
@@ -57,8 +70,8 @@ PeerInfo decode_peer(const std::string& text, int rank) {
   std::istringstream in(text);
   std::string version;
   PeerInfo p;
-  in >> version >> p.hostname >> p.boot_id >> p.pid >> p.address >> p.port >> p.incarnation;
-  if (!in || version != "kizuna-peer-v1" || p.port <= 0 || p.port > 65535)
+  in >> version >> p.hostname >> p.boot_id >> p.netns >> p.pid >> p.address >> p.port >> p.incarnation;
+  if (!in || version != "kizuna-peer-v2" || p.port <= 0 || p.port > 65535)
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", rank, " published an address kizuna cannot read: '",
                  text.substr(0, 200), "'");
   return p;
@@ -91,8 +104,7 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
   const auto& peers = out.topology.peers;
   std::vector<int> local;
   for (int r = 0; r < static_cast<int>(peers.size()); ++r)
-    if (peers[r].hostname == peers[rank].hostname && peers[r].boot_id == peers[rank].boot_id)
-      local.push_back(r);
+    if (out.topology.node_of[r] == out.topology.node_of[rank]) local.push_back(r);
   out.local_ranks = static_cast<int>(local.size());
   if (options.transport == TransportChoice::Shm && local.size() != peers.size())
     KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_TRANSPORT=shm, but only ", local.size(), " of ",
@@ -176,14 +188,23 @@ Connected bootstrap(Store& store, const std::string& name, int rank, int world_s
   }
 
   transport::TcpListener listener(local_address);
-  PeerInfo self{hostname(), boot_id(), static_cast<int>(::getpid()), listener.host(), listener.port(),
-                random_u64()};
+  PeerInfo self{hostname(), boot_id(), network_namespace(), static_cast<int>(::getpid()),
+                listener.host(), listener.port(), random_u64()};
   store.set(name + "/peer/" + std::to_string(rank), encode_peer(self));
 
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back(name + "/peer/" + std::to_string(r));
   const std::vector<Bytes> entries = store.multi_get(keys, left(deadline));
   for (int r = 0; r < world_size; ++r) out.topology.peers.push_back(decode_peer(text(entries[r]), r));
+  Topology& t = out.topology;
+  t.node_of.assign(world_size, -1);
+  t.nodes = 0;
+  for (int r = 0; r < world_size; ++r) {
+    if (t.node_of[r] >= 0) continue;
+    for (int q = r; q < world_size; ++q)
+      if (t.node_of[q] < 0 && same_node(t.peers[r], t.peers[q])) t.node_of[q] = t.nodes;
+    ++t.nodes;
+  }
 
   std::vector<transport::TcpPeer> connect_to, accept_from;
   for (int r = 0; r < world_size; ++r) {

@@ -27,6 +27,7 @@ namespace kizuna::comm {
 struct PeerInfo {
   std::string hostname;
   std::string boot_id;
+  std::string netns;  // network namespace: ranks in different ones are different nodes
   int pid = 0;
   std::string address;
   int port = 0;
@@ -36,7 +37,13 @@ struct PeerInfo {
 struct Topology {
   std::uint64_t comm_id = 0;
   std::vector<PeerInfo> peers;  // by rank
+  std::vector<int> node_of;     // node index of every rank, numbered in rank order
+  int nodes = 1;
 };
+
+// Ranks are on the same node when hostname, boot id and network namespace
+// all agree.
+bool same_node(const PeerInfo& a, const PeerInfo& b);
 
 // Shared memory between the ranks of this node: this rank's segment (its
 // inbound channels) and the peers' it writes into. Outlives the links.

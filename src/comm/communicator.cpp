@@ -89,6 +89,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::uint64_t slice_bytes = 0;
   bool check = false;
   algo::LinkModel link_model;
+  bool one_shot = false;       // the cost model may pick one-shot (one node, shared memory)
+  bool hierarchical = false;   // all-reduce goes node-local first (several nodes, shared memory)
 
   comm::Topology topology;
   std::unique_ptr<comm::ShmSegments> shm;  // before links: it must outlive them
@@ -194,7 +196,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   algo::Algorithm choose(const Task& t) const {
     if (algo_override == Algorithm::Ring) return algo::Algorithm::Ring;
     if (algo_override == Algorithm::Tree) return algo::Algorithm::Tree;
-    return algo::choose_algorithm(t.collective, t.count * size_of(t.dtype), world, link_model);
+    if (algo_override == Algorithm::OneShot)
+      return t.collective == Collective::AllReduce ? algo::Algorithm::OneShot : algo::Algorithm::Ring;
+    return algo::choose_algorithm(t.collective, t.count * size_of(t.dtype),
+                                  hierarchical ? topology.nodes : world, link_model, one_shot);
   }
 
   void run_task(Task& t) {
@@ -262,6 +267,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     req.count = t.count;
     req.elem_size = size_of(t.dtype);
     req.slice_bytes = slice_bytes;
+    if (hierarchical) req.node_of = topology.node_of;
     const algo::RankSchedule schedule = algo::make_schedule(req);
     ensure_scratch(schedule.scratch_count * req.elem_size);
     executor->run(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, what);
@@ -361,9 +367,10 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   impl->timeout = options.timeout.count() > 0 ? options.timeout : env.timeout;
   impl->algo_override = options.algorithm;
   if (impl->algo_override == Algorithm::Auto)
-    impl->algo_override = env.algo == core::Env::Algo::Ring   ? Algorithm::Ring
-                          : env.algo == core::Env::Algo::Tree ? Algorithm::Tree
-                                                              : Algorithm::Auto;
+    impl->algo_override = env.algo == core::Env::Algo::Ring      ? Algorithm::Ring
+                          : env.algo == core::Env::Algo::Tree    ? Algorithm::Tree
+                          : env.algo == core::Env::Algo::OneShot ? Algorithm::OneShot
+                                                                 : Algorithm::Auto;
   impl->slice_bytes = options.slice_bytes ? options.slice_bytes : env.slice_bytes;
   impl->check = options.check.value_or(env.check);
   core::set_log_rank(options.rank);
@@ -386,6 +393,13 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   for (auto& link : impl->links) raw.push_back(link.get());
   impl->executor = std::make_unique<comm::Executor>(std::move(raw), impl->rank);
   if (impl->shm) impl->executor->set_doorbell(impl->shm->mine.header());
+  // Choices every rank must make alike, so only from what all ranks know
+  // (the topology, the configuration), never from local accidents such as
+  // a shared-memory fallback on one rank.
+  const bool shared_memory = boot.transport != comm::TransportChoice::Tcp;
+  impl->one_shot = shared_memory && impl->topology.nodes == 1;
+  impl->hierarchical = shared_memory && impl->topology.nodes > 1;
+  if (impl->one_shot) impl->link_model = algo::LinkModel{2.0, 1.0 / 8000.0};  // shm: ~2 us, ~8 GB/s
   // Spin while waiting only when every rank of the node has a core to itself.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const bool oversubscribed = connected.local_ranks > cores;

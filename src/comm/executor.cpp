@@ -7,6 +7,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "core/reduce.hpp"
 #include "transport/shm/shm_link.hpp"
 
 namespace kizuna::comm {
@@ -161,6 +162,12 @@ void Executor::run(const algo::RankSchedule& s, const ExecBuffers& b, DataType d
       case StepOp::Send:
         post_send(step.send_peer, address(s, b, step.src, step.src_offset), bytes, seq);
         break;
+      case StepOp::LocalReduce: {
+        unsigned char* dst = address(s, b, step.dst, step.dst_offset);
+        wait_for_region(dst, dst + bytes);
+        core::reduce(dst, address(s, b, step.src, step.src_offset), step.count, dtype, op);
+        break;
+      }
       case StepOp::Copy: {
         unsigned char* dst = address(s, b, step.dst, step.dst_offset);
         const unsigned char* src = address(s, b, step.src, step.src_offset);

@@ -157,9 +157,10 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
     if (value == "auto") env.algo = Algo::Auto;
     else if (value == "ring") env.algo = Algo::Ring;
     else if (value == "tree") env.algo = Algo::Tree;
+    else if (value == "oneshot") env.algo = Algo::OneShot;
     else
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_ALGO='", *v,
-                   "' is not an algorithm; accepted: auto, ring, tree");
+                   "' is not an algorithm; accepted: auto, ring, tree, oneshot");
   }
   if (auto v = lookup("KIZUNA_SLICE_BYTES")) {
     env.slice_bytes = parse_size("KIZUNA_SLICE_BYTES", *v);

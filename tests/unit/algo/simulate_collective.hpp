@@ -24,6 +24,7 @@ struct SimCase {
   std::uint64_t slice_bytes = 64;
   bool in_place = false;
   int root = 0;
+  std::vector<int> node_of;  // empty: one node
 };
 
 inline std::string describe(const SimCase& c) {
@@ -31,6 +32,10 @@ inline std::string describe(const SimCase& c) {
   out << name(c.collective) << " " << name(c.algorithm) << " world " << c.world << " count "
       << c.count << " " << name(c.dtype) << " " << name(c.op) << " slice " << c.slice_bytes
       << (c.in_place ? " in-place" : " out-of-place") << " root " << c.root;
+  if (!c.node_of.empty()) {
+    out << " nodes";
+    for (int n : c.node_of) out << " " << n;
+  }
   return out.str();
 }
 
@@ -50,6 +55,7 @@ inline std::string simulate_and_check(const SimCase& c) {
     req.count = c.count;
     req.elem_size = elem;
     req.slice_bytes = c.slice_bytes;
+    req.node_of = c.node_of;
     schedules.push_back(algo::make_schedule(req));
   }
   // Storage per rank, big enough for both buffers; in place they share it.

@@ -20,7 +20,7 @@ constexpr Collective kCollectives[] = {Collective::AllReduce, Collective::AllGat
 TEST_CASE("every schedule is correct on the simulator for worlds 1..33", "[schedule]") {
   const int world = GENERATE(range(1, 34));
   for (Collective coll : kCollectives) {
-    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree}) {
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot}) {
       std::vector<std::uint64_t> counts{0, 1, 13, 1009};
       if (world > 2) counts.push_back(world - 1);
       for (std::uint64_t count : counts) {
@@ -53,6 +53,7 @@ TEST_CASE("every dtype x op for the reducing collectives", "[schedule]") {
       if (op == ReduceOp::Avg && !is_floating(dtype)) continue;
       for (auto [coll, algo] : {std::pair{Collective::AllReduce, Algorithm::Ring},
                                 std::pair{Collective::AllReduce, Algorithm::Tree},
+                                std::pair{Collective::AllReduce, Algorithm::OneShot},
                                 std::pair{Collective::ReduceScatter, Algorithm::Ring},
                                 std::pair{Collective::Reduce, Algorithm::Ring},
                                 std::pair{Collective::Reduce, Algorithm::Tree}}) {
@@ -123,4 +124,69 @@ TEST_CASE("ring all-reduce moves 2(N-1)/N of the buffer per rank", "[schedule]")
     }
   CHECK(sent == 2 * 3 * 4096 / 4);
   CHECK(s.steps.size() == 2 * 4 - 1);
+}
+
+TEST_CASE("hierarchical all-reduce is correct for many node layouts", "[schedule]") {
+  std::vector<std::vector<int>> layouts{
+      {0, 0, 1, 1}, {0, 0, 0, 1, 1}, {0, 1, 1, 1}, {0, 1, 0, 1}, {1, 0, 1, 0, 2, 2, 2},
+      {0, 0, 1, 2, 2, 3}, {5, 5, 5, 5, 9, 9, 9, 9}, {0, 1, 2, 0, 1, 2, 0, 1, 2}};
+  for (int world = 2; world <= 17; world += 3) {
+    std::vector<int> round_robin(world), blocks(world);
+    for (int r = 0; r < world; ++r) round_robin[r] = r % 3, blocks[r] = r / 4;
+    layouts.push_back(round_robin);
+    layouts.push_back(blocks);
+  }
+  for (const auto& nodes : layouts) {
+    const int world = static_cast<int>(nodes.size());
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree}) {
+      for (std::uint64_t count : {0ull, 1ull, 13ull, 1009ull, 300007ull}) {
+        for (bool in_place : {false, true}) {
+          SimCase c;
+          c.collective = Collective::AllReduce;
+          c.algorithm = algo;
+          c.world = world;
+          c.count = count;
+          c.dtype = count > 1000 ? DataType::Float32 : DataType::Float16;
+          c.op = count > 1000 ? ReduceOp::Sum : ReduceOp::Avg;
+          c.in_place = in_place;
+          c.slice_bytes = count > 100000 ? 64 << 10 : 32;
+          c.node_of = nodes;
+          const std::string wrong = simulate_and_check(c);
+          if (!wrong.empty()) FAIL(describe(c) << ": " << wrong);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a node map makes all-reduce hierarchical only when it helps", "[schedule]") {
+  algo::ScheduleRequest req;
+  req.world_size = 4;
+  req.count = 100;
+  req.node_of = {0, 0, 1, 1};
+  CHECK(algo::is_hierarchical(req));
+  CHECK(algo::make_schedule(req).hierarchical);
+  req.node_of = {0, 0, 0, 0};  // one node
+  CHECK_FALSE(algo::is_hierarchical(req));
+  req.node_of = {0, 1, 2, 3};  // one rank per node: nothing to gain
+  CHECK_FALSE(algo::is_hierarchical(req));
+  req.node_of = {0, 0, 1};
+  CHECK_THROWS_WITH(algo::make_schedule(req), Catch::Contains("node map of 3 ranks"));
+}
+
+TEST_CASE("one-shot all-reduce sends one message to every peer and reduces in rank order", "[schedule]") {
+  algo::ScheduleRequest req;
+  req.world_size = 5;
+  req.rank = 2;
+  req.count = 8;
+  req.algorithm = Algorithm::OneShot;
+  const algo::RankSchedule s = algo::make_schedule(req);
+  std::vector<int> sent_to, reduced_from;
+  for (const auto& step : s.steps) {
+    if (step.sends()) sent_to.push_back(step.send_peer);
+    if (step.receives()) reduced_from.push_back(step.recv_peer);
+    if (step.op == algo::StepOp::LocalReduce) reduced_from.push_back(2);
+  }
+  CHECK(sent_to.size() == 4);
+  CHECK(reduced_from == std::vector<int>{0, 1, 2, 3, 4});
 }
