@@ -1,0 +1,354 @@
+// kizuna-perf: the tool end to end (ranks as threads) for every collective,
+// its JSON and CSV files against its table, its usage errors, and the
+// pieces underneath: the closed-form checker (including a corrupted
+// buffer, which must be reported), the sizing and bus-bandwidth factors,
+// the size sweep and the table's number formats.
+#include <catch2/catch.hpp>
+
+#include <kizuna/types.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "core/reduce.hpp"
+#include "mini_json.hpp"
+#include "perf/collective.hpp"
+#include "perf/data.hpp"
+#include "perf/report.hpp"
+#include "processes.hpp"
+
+using namespace kizuna;
+using namespace kizuna::perf;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kPerf = std::string(KIZUNA_BINARY_DIR) + "/bin/kizuna-perf";
+
+test::ProcessResult run_perf(const std::vector<std::string>& args) {
+  test::ProcessGroup group;
+  std::vector<std::string> argv{kPerf};
+  argv.insert(argv.end(), args.begin(), args.end());
+  group.start(argv, {{"KIZUNA_STORE_TIMEOUT", "60"}, {"KIZUNA_TIMEOUT", "60"}});
+  return group.wait(90s).at(0);
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// The table's data rows: lines that start with a number, split into words.
+std::vector<std::vector<std::string>> table_rows(const std::string& output) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    const auto words = split(line);
+    if (!words.empty() && std::isdigit(static_cast<unsigned char>(words[0][0])) && words.size() >= 5)
+      rows.push_back(words);
+  }
+  return rows;
+}
+
+bool has_line_with(const std::string& output, const std::vector<std::string>& words) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    auto w = split(line);
+    if (!w.empty() && w[0] == "#") w.erase(w.begin());
+    if (w == words) return true;
+  }
+  return false;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string temp_path(const std::string& name) {
+  return "/tmp/kizuna-perf-test-" + std::to_string(::getpid()) + "-" + name;
+}
+
+// The table prints 2 decimals, or fewer digits for long times; a value read
+// back must be within that rounding of the file's.
+bool close_to(const std::string& printed, double exact) {
+  const double v = std::stod(printed);
+  const double tolerance = exact >= 10000 ? 0.51 : exact >= 100 ? 0.051 : 0.0051;
+  return std::fabs(v - exact) <= tolerance + 1e-9 * std::fabs(exact);
+}
+
+}  // namespace
+
+TEST_CASE("kizuna-perf checks every collective as 2 and 4 threads", "[perf]") {
+  const std::string collective =
+      GENERATE("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce");
+  const int threads = GENERATE(2, 4);
+  const std::string json = temp_path(collective + std::to_string(threads) + ".json");
+  const std::string csv = temp_path(collective + std::to_string(threads) + ".csv");
+  const test::ProcessResult r = run_perf({"--threads", std::to_string(threads), "--collective", collective,
+                                    "-b", "8", "-e", "64K", "-f", "4", "-n", "2", "-w", "1", "-r",
+                                    std::to_string(threads - 1), "--json", json, "--csv", csv});
+  INFO(r.output);
+  REQUIRE(r.ok());
+
+  // nccl-tests' column headers, and its closing lines.
+  CHECK(has_line_with(r.output, {"size", "count", "type", "redop", "root", "time", "algbw", "busbw",
+                                 "#wrong", "time", "algbw", "busbw", "#wrong"}));
+  CHECK(has_line_with(r.output, {"(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "(GB/s)"}));
+  CHECK(has_line_with(r.output, {"Out", "of", "bounds", "values", ":", "0", "OK"}));
+  CHECK(r.output.find("# Avg bus bandwidth    : ") != std::string::npos);
+
+  // One row per size of the sweep: 8, 32, 128, 512, 2K, 8K, 32K bytes.
+  const auto rows = table_rows(r.output);
+  const std::vector<std::size_t> sizes{8, 32, 128, 512, 2048, 8192, 32768};
+  REQUIRE(rows.size() == sizes.size());
+  const Collective c = *parse_collective(collective);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& w = rows[i];
+    INFO("row " << i);
+    REQUIRE(w.size() == 13);
+    const Sizing s = size_for(c, sizes[i], 4, threads);
+    CHECK(std::stoull(w[0]) == s.bytes);
+    CHECK(std::stoull(w[1]) == s.count);
+    CHECK(w[2] == "float");
+    CHECK(w[3] == (has_op(c) ? "sum" : "none"));
+    CHECK(std::stoi(w[4]) == (has_root(c) ? threads - 1 : -1));
+    CHECK(w[8] == "0");   // out-of-place #wrong
+    CHECK(w[12] == "0");  // in-place #wrong
+    // busbw = algbw x factor (both rounded to 2 decimals when printed).
+    CHECK(std::fabs(std::stod(w[7]) - std::stod(w[6]) * bus_factor(c, threads)) <= 0.02);
+  }
+
+  // The JSON file says what the table says.
+  const test::Json doc = test::JsonReader::parse(read_file(json));
+  CHECK(doc["tool"].string == "kizuna-perf");
+  CHECK(doc["collective"].string == collective);
+  CHECK(doc["world_size"].number == threads);
+  CHECK(doc["wrong"].number == 0);
+  REQUIRE(doc["results"].array.size() == rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const test::Json& res = doc["results"][i];
+    const auto& w = rows[i];
+    INFO("row " << i);
+    CHECK(res["size"].number == std::stod(w[0]));
+    CHECK(res["count"].number == std::stod(w[1]));
+    CHECK(res["type"].string == w[2]);
+    CHECK(res["redop"].string == w[3]);
+    CHECK(res["root"].number == std::stod(w[4]));
+    CHECK(close_to(w[5], res["out_of_place"]["time_us"].number));
+    CHECK(close_to(w[6], res["out_of_place"]["algbw"].number));
+    CHECK(close_to(w[7], res["out_of_place"]["busbw"].number));
+    CHECK(res["out_of_place"]["wrong"].number == 0);
+    CHECK(close_to(w[9], res["in_place"]["time_us"].number));
+    CHECK(close_to(w[10], res["in_place"]["algbw"].number));
+    CHECK(close_to(w[11], res["in_place"]["busbw"].number));
+    CHECK(res["in_place"]["wrong"].number == 0);
+  }
+
+  // The CSV file: a header and one line per row and placement, same figures.
+  std::istringstream lines(read_file(csv));
+  std::string header;
+  std::getline(lines, header);
+  CHECK(header ==
+        "tool,collective,algorithm,transport,world_size,size,count,type,redop,root,placement,time_us,"
+        "algbw_GBps,busbw_GBps,wrong");
+  std::vector<std::vector<std::string>> records;
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> fields;
+    std::stringstream fs(line);
+    for (std::string f; std::getline(fs, f, ',');) fields.push_back(f);
+    records.push_back(fields);
+  }
+  REQUIRE(records.size() == 2 * rows.size());
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& f = records[i];
+    const auto& w = rows[i / 2];
+    const bool in_place = i % 2 == 1;
+    INFO("csv line " << i + 2);
+    REQUIRE(f.size() == 15);
+    CHECK(f[1] == collective);
+    CHECK(f[4] == std::to_string(threads));
+    CHECK(f[5] == w[0]);
+    CHECK(f[6] == w[1]);
+    CHECK(f[10] == (in_place ? "in_place" : "out_of_place"));
+    CHECK(close_to(w[in_place ? 9 : 5], std::stod(f[11])));
+    CHECK(close_to(w[in_place ? 11 : 7], std::stod(f[13])));
+    CHECK(f[14] == "0");
+  }
+  ::unlink(json.c_str());
+  ::unlink(csv.c_str());
+}
+
+TEST_CASE("kizuna-perf checks every type and operator, 3 threads, ring and tree", "[perf]") {
+  const std::string algo = GENERATE("ring", "tree");
+  const test::ProcessResult r = run_perf({"--threads", "3", "--algo", algo, "-d", "all", "-o", "all", "-b", "4",
+                                    "-e", "4K", "-f", "32", "-n", "1", "-w", "0"});
+  INFO(r.output);
+  REQUIRE(r.ok());
+  const auto rows = table_rows(r.output);
+  // 10 types x 5 operators, less avg for the 6 integer types; 3 sizes each.
+  CHECK(rows.size() == (10 * 5 - 6) * 3);
+  for (const auto& w : rows) {
+    CHECK(w[8] == "0");
+    CHECK(w[12] == "0");
+  }
+}
+
+TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
+  const test::ProcessResult help = run_perf({"--help"});
+  CHECK(help.exit_code == 0);
+  for (const char* flag : {"-b", "-e", "-f", "-i", "-n", "-w", "-c", "-o", "-d", "-a", "--algo",
+                           "--transport", "--collective", "--root", "--json", "--csv", "--threads"})
+    CHECK(help.output.find(flag) != std::string::npos);
+
+  const std::vector<std::vector<std::string>> bad = {
+      {"--bogus"},
+      {"-b"},
+      {"-b", "12X"},
+      {"-b", "8", "-e", "4"},
+      {"--collective", "all_to_all"},
+      {"--algo", "butterfly"},
+      {"--transport", "udp"},
+      {"-o", "avg", "-d", "int32"},
+      {"-o", "xor"},
+      {"-d", "complex64"},
+      {"-a", "7"},
+      {"-c", "2"},
+      {"--threads", "0"},
+      {"-n", "0"},
+      {"stray"},
+      {"--threads", "2", "--collective", "broadcast", "--root", "2"},
+  };
+  for (const auto& args : bad) {
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    INFO("kizuna-perf " << joined);
+    const test::ProcessResult r = run_perf(args);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("kizuna-perf: ") != std::string::npos);
+  }
+}
+
+TEST_CASE("kizuna-perf without a launcher or --threads says how to start it", "[perf]") {
+  if (std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID"))
+    return;  // this test runs under a launcher itself
+  const test::ProcessResult r = run_perf({"-b", "8", "-e", "8"});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("--threads N") != std::string::npos);
+}
+
+TEST_CASE("the closed-form reference agrees with kizuna's reductions for every type and op", "[perf]") {
+  const int world = GENERATE(1, 2, 3, 8, 64);
+  for (int ti = 0; ti < kNumDataTypes; ++ti) {
+    for (int oi = 0; oi < kNumReduceOps; ++oi) {
+      const auto t = static_cast<DataType>(ti);
+      const auto op = static_cast<ReduceOp>(oi);
+      if (op == ReduceOp::Avg && !is_floating(t)) {
+        CHECK_THROWS(ClosedForm(t, op, world));
+        continue;
+      }
+      INFO(name(t) << " " << name(op) << " world " << world);
+      const ClosedForm data(t, op, world);
+      const std::size_t n = 1000, e = size_of(t);
+      // Fold the inputs with kizuna's own kernel, in reverse rank order.
+      std::vector<unsigned char> acc(n * e), in(n * e), want(n * e);
+      data.input(world - 1, 0, n, acc.data());
+      for (int r = world - 2; r >= 0; --r) {
+        data.input(r, 0, n, in.data());
+        core::reduce(acc.data(), in.data(), n, t, op);
+      }
+      if (op == ReduceOp::Avg) core::scale(acc.data(), n, t, world);
+      data.reduced(0, n, want.data());
+      CHECK(std::memcmp(acc.data(), want.data(), n * e) == 0);
+      CHECK(data.wrong_reduced(acc.data(), 0, n) == 0);
+    }
+  }
+}
+
+TEST_CASE("the checker reports a corrupted buffer, element by element", "[perf]") {
+  const ClosedForm data(DataType::Float32, ReduceOp::Sum, 4);
+  const std::size_t n = 10000;  // several reference blocks
+  std::vector<float> buf(n);
+  data.reduced(0, n, buf.data());
+  REQUIRE(data.wrong_reduced(buf.data(), 0, n) == 0);
+
+  buf[17] += 1.0f;
+  buf[5000] = std::nanf("");
+  buf[n - 1] = -buf[n - 1] - 1.0f;
+  std::string first;
+  CHECK(data.wrong_reduced(buf.data(), 0, n, &first) == 3);
+  CHECK(first.find("index 17: got 0x") == 0);
+
+  // An offset view: the same elements checked as a slice starting at 5000.
+  CHECK(data.wrong_reduced(buf.data() + 5000, 5000, n - 5000) == 2);
+
+  // Inputs: one rank's data in another rank's place is wrong almost everywhere.
+  std::vector<std::int32_t> mine(n), theirs(n);
+  const ClosedForm ints(DataType::Int32, ReduceOp::Sum, 4);
+  ints.input(1, 0, n, mine.data());
+  ints.input(2, 0, n, theirs.data());
+  CHECK(ints.wrong_input(mine.data(), 1, 0, n) == 0);
+  CHECK(ints.wrong_input(theirs.data(), 1, 0, n) > n - 10);
+}
+
+TEST_CASE("16-bit float conversions round to nearest even", "[perf]") {
+  CHECK(float_to_half(0.0f) == 0x0000);
+  CHECK(float_to_half(-0.0f) == 0x8000);
+  CHECK(float_to_half(1.0f) == 0x3c00);
+  CHECK(float_to_half(-2.0f) == 0xc000);
+  CHECK(float_to_half(0.5f) == 0x3800);
+  CHECK(float_to_half(65504.0f) == 0x7bff);
+  CHECK(float_to_half(65536.0f) == 0x7c00);
+  CHECK(float_to_half(1.0f + 1.0f / 2048) == 0x3c00);      // tie, to even
+  CHECK(float_to_half(1.0f + 3.0f / 2048) == 0x3c02);      // tie, to even (up)
+  CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
+  CHECK(float_to_bfloat16(1.0f) == 0x3f80);
+  CHECK(float_to_bfloat16(-4.0f) == 0xc080);
+  CHECK(float_to_bfloat16(1.0f + 1.0f / 256) == 0x3f80);  // tie, to even
+  CHECK(float_to_bfloat16(1.0f + 3.0f / 256) == 0x3f82);
+}
+
+TEST_CASE("sizing and bus bandwidth follow nccl-tests", "[perf]") {
+  CHECK(bus_factor(Collective::AllReduce, 4) == Approx(1.5));
+  CHECK(bus_factor(Collective::AllGather, 4) == Approx(0.75));
+  CHECK(bus_factor(Collective::ReduceScatter, 2) == Approx(0.5));
+  CHECK(bus_factor(Collective::Broadcast, 8) == 1.0);
+  CHECK(bus_factor(Collective::Reduce, 8) == 1.0);
+
+  Sizing s = size_for(Collective::AllReduce, 1000, 4, 3);
+  CHECK((s.count == 250 && s.send_count == 250 && s.recv_count == 250 && s.bytes == 1000));
+  s = size_for(Collective::AllGather, 1000, 4, 3);
+  CHECK((s.count == 83 && s.send_count == 83 && s.recv_count == 249 && s.bytes == 996));
+  s = size_for(Collective::ReduceScatter, 1000, 4, 3);
+  CHECK((s.count == 83 && s.send_count == 249 && s.recv_count == 83 && s.bytes == 996));
+
+  CHECK(size_sweep(8, 64, 2, 0) == std::vector<std::size_t>{8, 16, 32, 64});
+  CHECK(size_sweep(8, 100, 2, 0) == std::vector<std::size_t>{8, 16, 32, 64});
+  CHECK(size_sweep(10, 40, 1, 10) == std::vector<std::size_t>{10, 20, 30, 40});
+  CHECK(size_sweep(0, 64, 2, 0) == std::vector<std::size_t>{0});
+  CHECK(size_sweep(64, 8, 2, 0).empty());
+
+  CHECK(format_time(12.345) == "  12.35");
+  CHECK(format_time(123.45) == "  123.5");
+  CHECK(format_time(12345.6) == "  12346");
+
+  const Measurement m = measurement(1'000'000, 0.001, 1.5, 0);
+  CHECK(m.time_us == Approx(1000));
+  CHECK(m.algbw == Approx(1.0));
+  CHECK(m.busbw == Approx(1.5));
+  CHECK(nccl_type_name("float32") == "float");
+  CHECK(nccl_type_name("float16") == "half");
+  CHECK(nccl_type_name("bfloat16") == "bfloat16");
+}

@@ -1,0 +1,264 @@
+// kizuna-perf: collective bandwidth, measured the way NVIDIA's nccl-tests
+// measure it (all_reduce_perf and friends), with the same flags and columns.
+//
+//   kizuna-run -n 4 kizuna-perf -b 8 -e 64M -f 2                  ranks as processes
+//   mpirun -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 kizuna-perf ...
+//   kizuna-perf --threads 4 -b 8 -e 64M -f 2                      ranks as threads
+//
+// Each size is one row: size, count, type, redop, root, then time (us),
+// algbw and busbw (GB/s) and #wrong for out-of-place and for in-place
+// calls; busbw uses nccl-tests' factors (perf/collective.hpp). Inputs are
+// computed in closed form, so the check (-c 1, the default) costs no
+// communication beyond one sum of the wrong counts (perf/data.hpp). Only
+// rank 0 prints; --json and --csv also write the rows to files.
+//
+// As processes, each rank finds its rank, the world size and the store
+// (rank 0 hosts it) in the launcher's variables: RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT (kizuna-run, torchrun), or Open MPI's
+// OMPI_COMM_WORLD_* with MASTER_ADDR/MASTER_PORT passed through -x.
+// --threads N runs N ranks as threads of this process over an in-process
+// store instead.
+//
+// Exit status: 0 every element right, 1 a wrong element or a failure (the
+// message is on stderr), 2 bad usage.
+#include <kizuna/comm.hpp>
+#include <kizuna/error.hpp>
+#include <kizuna/hash_store.hpp>
+#include <kizuna/store.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/launch_env.hpp"
+#include "perf/args.hpp"
+#include "perf/driver.hpp"
+
+namespace {
+
+using namespace kizuna;
+using namespace kizuna::perf;
+
+constexpr const char* kSummary =
+    "Measures a collective's time and bandwidth over a sweep of sizes, with nccl-tests' flags,\n"
+    "columns and bus-bandwidth factors, and checks every result. Ranks come from the launcher\n"
+    "(kizuna-run, torchrun or mpirun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or, with\n"
+    "--threads N, are N threads of this process.\n"
+    "Exit status: 0 all results right, 1 a wrong result or a failure, 2 bad usage.";
+
+// Algorithm::OneShot, where this build of kizuna has the one-shot path
+// (looked up at compile time, so the tool builds against either).
+template <typename A = Algorithm>
+std::optional<A> one_shot_algorithm() {
+  if constexpr (requires { A::OneShot; }) return A::OneShot;
+  else return std::nullopt;
+}
+
+struct Options {
+  PerfConfig config;
+  std::string algorithm = "auto";
+  Algorithm algorithm_value = Algorithm::Auto;
+  std::string transport;  // empty: as the environment says
+  int threads = 0;        // 0: ranks are processes
+};
+
+std::vector<DataType> parse_types(std::string_view text) {
+  if (text == "all") {
+    std::vector<DataType> all;
+    for (int t = 0; t < kNumDataTypes; ++t) all.push_back(static_cast<DataType>(t));
+    return all;
+  }
+  return {parse_data_type(text)};
+}
+
+std::vector<ReduceOp> parse_ops(std::string_view text) {
+  if (text == "all") return {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg};
+  return {parse_reduce_op(text)};
+}
+
+// Returns false after --help.
+bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
+  PerfConfig& c = o.config;
+  add_common_options(p, c.common);
+  p.value("-o", "--op", "OP", "reduction: sum, prod, min, max, avg or all (default sum)",
+          [&](std::string_view v) { c.ops = parse_ops(v); });
+  p.value("-d", "--datatype", "TYPE",
+          "int8 uint8 int32 uint32 int64 uint64 float16|half bfloat16 float32|float float64|double, "
+          "or all (default float32)",
+          [&](std::string_view v) { c.types = parse_types(v); });
+  p.value("-r", "--root", "RANK", "root of broadcast and reduce (default 0)",
+          [&](std::string_view v) { c.root = static_cast<int>(parse_integer("--root", v, 0, 1 << 24)); });
+  p.value("", "--collective", "NAME",
+          "all_reduce (default), all_gather, reduce_scatter, broadcast or reduce",
+          [&](std::string_view v) {
+            const auto coll = parse_collective(v);
+            if (!coll)
+              throw UsageError("--collective='" + std::string(v) +
+                               "': accepted all_reduce, all_gather, reduce_scatter, broadcast, reduce");
+            c.collective = *coll;
+          });
+  p.value("", "--algo", "NAME",
+          one_shot_algorithm() ? "auto (default: the cost model), ring, tree or oneshot"
+                               : "auto (default: the cost model), ring or tree",
+          [&](std::string_view v) {
+            o.algorithm = std::string(v);
+            if (v == "auto") o.algorithm_value = Algorithm::Auto;
+            else if (v == "ring") o.algorithm_value = Algorithm::Ring;
+            else if (v == "tree") o.algorithm_value = Algorithm::Tree;
+            else if (v == "oneshot" && one_shot_algorithm()) o.algorithm_value = *one_shot_algorithm();
+            else
+              throw UsageError("--algo='" + std::string(v) + "': accepted auto, ring, tree" +
+                               (one_shot_algorithm() ? ", oneshot" : ""));
+          });
+  p.value("", "--transport", "NAME", "auto (default), tcp or shm: sets KIZUNA_TRANSPORT",
+          [&](std::string_view v) {
+            if (v != "auto" && v != "tcp" && v != "shm")
+              throw UsageError("--transport='" + std::string(v) + "': accepted auto, tcp, shm");
+            o.transport = std::string(v);
+          });
+  p.value("-t", "--threads", "N", "run N ranks as threads of this process",
+          [&](std::string_view v) { o.threads = static_cast<int>(parse_integer("--threads", v, 1, 1024)); });
+  if (!p.parse(argc, argv)) return false;
+  validate(c.common);
+  // "-d all -o all" skips the (integer, avg) pairs; asking for one is an error.
+  if (has_op(c.collective) && c.types.size() == 1 && !is_floating(c.types[0]) && c.ops.size() == 1 &&
+      c.ops[0] == ReduceOp::Avg)
+    throw UsageError("-o avg is defined for floating types only, not " + std::string(name(c.types[0])));
+  return true;
+}
+
+std::string transport_name(const Options& o) {
+  if (!o.transport.empty()) return o.transport;
+  const char* env = std::getenv("KIZUNA_TRANSPORT");
+  return env && *env ? env : "auto";
+}
+
+// One rank's whole run; returns the wrong elements over every rank.
+std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& launcher) {
+  const PerfConfig& c = o.config;
+  if (has_root(c.collective) && c.root >= comm.size())
+    throw UsageError("--root " + std::to_string(c.root) + " is not a rank of a world of " +
+                     std::to_string(comm.size()));
+  PerfBuffers buffers(buffer_bytes(c));
+  RunInfo info;
+  info.tool = "kizuna-perf";
+  info.collective = std::string(name(c.collective));
+  info.algorithm = o.algorithm;
+  info.transport = transport_name(o);
+  info.launcher = launcher;
+  info.world_size = comm.size();
+  info.min_bytes = c.common.min_bytes;
+  info.max_bytes = c.common.max_bytes;
+  info.step_bytes = c.common.step_bytes;
+  info.step_factor = c.common.step_factor;
+  info.iters = c.common.iters;
+  info.warmup = c.common.warmup;
+  info.check = c.common.check;
+  info.average = c.common.average;
+  info.rank_lines = gather_rank_lines(comm, info.transport);
+
+  const bool printing = comm.rank() == 0;
+  Report report(info, printing ? stdout : nullptr);
+  report.header();
+  const std::int64_t wrong = run_sweep(comm, c, buffers, report);
+  report.footer();
+  if (printing && !c.common.json_path.empty()) report.write_json(c.common.json_path);
+  if (printing && !c.common.csv_path.empty()) report.write_csv(c.common.csv_path);
+  comm.barrier().wait();
+  return wrong;
+}
+
+int run_processes(const Options& o) {
+  const core::LaunchEnv launch = core::LaunchEnv::from_process();
+  if (launch.rank < 0)
+    throw Error(ErrorCode::InvalidArgument,
+                "no rank in the environment: start kizuna-perf under kizuna-run, torchrun or mpirun "
+                "(RANK/WORLD_SIZE or OMPI_COMM_WORLD_*, with MASTER_ADDR and MASTER_PORT), or run "
+                "ranks as threads with --threads N");
+  launch.require_rank();
+  CommOptions options;
+  options.store = Store::from_env();
+  options.rank = launch.rank;
+  options.world_size = launch.world_size;
+  options.name = "kizuna-perf";
+  options.algorithm = o.algorithm_value;
+  const auto comm = Communicator::create(options);
+  return run_rank(*comm, o, launch.source) ? 1 : 0;
+}
+
+int run_threads(const Options& o) {
+  const int n = o.threads;
+  if (has_root(o.config.collective) && o.config.root >= n)
+    throw UsageError("--root " + std::to_string(o.config.root) + " is not a rank of " +
+                     std::to_string(n) + " threads");
+  const auto store = std::make_shared<HashStore>();
+  std::vector<std::shared_ptr<Communicator>> comms(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::int64_t> wrong(n, 0);
+  std::mutex mutex;
+  // A rank that fails aborts the others, which would otherwise wait for it
+  // until their deadline.
+  auto abort_all = [&](int failed) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& comm : comms)
+      if (comm) comm->abort("rank " + std::to_string(failed) + " of kizuna-perf failed");
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        CommOptions options;
+        options.store = store;
+        options.rank = r;
+        options.world_size = n;
+        options.name = "kizuna-perf";
+        options.algorithm = o.algorithm_value;
+        auto comm = Communicator::create(options);
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          comms[r] = comm;
+        }
+        wrong[r] = run_rank(*comm, o, "threads");
+      } catch (...) {
+        errors[r] = std::current_exception();
+        abort_all(r);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return wrong[0] ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  ArgParser parser("kizuna-perf", kSummary);
+  try {
+    if (!parse_command_line(argc, argv, o, parser)) {
+      std::fputs(parser.usage().c_str(), stdout);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kizuna-perf: %s\nrun 'kizuna-perf --help' for the options\n", e.what());
+    return 2;
+  }
+  // Before any communicator exists: kizuna reads its environment once.
+  if (!o.transport.empty()) ::setenv("KIZUNA_TRANSPORT", o.transport.c_str(), 1);
+  try {
+    return o.threads ? run_threads(o) : run_processes(o);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "kizuna-perf: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kizuna-perf: %s\n", e.what());
+    return 1;
+  }
+}

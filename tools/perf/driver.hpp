@@ -1,0 +1,74 @@
+// perf/driver.hpp: the one shared benchmark loop of kizuna-perf (nccl-tests'
+// common.cu), run by every rank with its own communicator.
+//
+// For each data type, operator and size, and for out-of-place then
+// in-place, run_sweep():
+//   1. fills the inputs in closed form (perf/data.hpp),
+//   2. runs `warmup` untimed calls, then a barrier,
+//   3. times `iters` calls, each waited for before the next (a blocking
+//      call, as MPI_Allreduce and Gloo's run() are), and reduces the
+//      per-call time across ranks as -a asks (mean, min, max or rank 0's),
+//   4. with the check on: refills the inputs, poisons the outputs, runs one
+//      more call and counts the wrong elements on every rank, summed over
+//      ranks with one more all_reduce.
+// Buffers are allocated once at the largest size, page-aligned, and touched
+// before any timing, so no call pays for page faults (PerfBuffers).
+//
+// Threading: one call per rank, on any thread; ranks-as-threads each call it
+// with their own communicator and buffers. Throws kizuna::Error when a
+// collective fails.
+#pragma once
+
+#include <kizuna/comm.hpp>
+#include <kizuna/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "args.hpp"
+#include "collective.hpp"
+#include "report.hpp"
+
+namespace kizuna::perf {
+
+struct PerfConfig {
+  CommonOptions common;
+  Collective collective = Collective::AllReduce;
+  std::vector<DataType> types{DataType::Float32};
+  std::vector<ReduceOp> ops{ReduceOp::Sum};
+  int root = 0;
+};
+
+// Two page-aligned buffers of `bytes` each (send and receive), every page
+// written once at construction.
+class PerfBuffers {
+ public:
+  explicit PerfBuffers(std::size_t bytes);
+  unsigned char* send() { return send_.get(); }
+  unsigned char* recv() { return recv_.get(); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(unsigned char* p) const;
+  };
+  std::size_t bytes_;
+  std::unique_ptr<unsigned char, Free> send_, recv_;
+};
+
+// "#  Rank  0 Group  0 Pid  1234 on     host device cpu" for this process,
+// gathered from every rank (a collective; every rank gets all lines).
+std::vector<std::string> gather_rank_lines(Communicator& comm, const std::string& transport);
+
+// Runs the sweep of `config`; every rank adds the same rows to its report
+// (only the printing rank's report has an output). Returns the number of
+// wrong elements over every rank.
+std::int64_t run_sweep(Communicator& comm, const PerfConfig& config, PerfBuffers& buffers,
+                       Report& report);
+
+// What `config` needs per rank: the largest size of the sweep.
+std::size_t buffer_bytes(const PerfConfig& config);
+
+}  // namespace kizuna::perf
