@@ -14,6 +14,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "algo/cost_model.hpp"
 #include "algo/schedule.hpp"
@@ -98,6 +99,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::unique_ptr<comm::Executor> executor;
   std::vector<unsigned char> scratch;
   std::vector<std::uint64_t> p2p_sent, p2p_received;
+  // Schedules of recent calls: training repeats the same few shapes, and a
+  // small all-reduce should not pay for building its schedule every time.
+  std::map<std::tuple<int, int, int, std::uint64_t, std::uint64_t>, std::shared_ptr<const algo::RankSchedule>>
+      schedules;
 
   // Queue: tasks in call order, run by the worker or by a waiting caller.
   std::mutex queue_mutex;
@@ -180,17 +185,20 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     return Work(task->work);
   }
 
-  std::string label(const Task& t, algo::Algorithm a) const {
-    std::ostringstream out;
+  comm::RunLabel label(const Task& t, algo::Algorithm a) const {
+    comm::RunLabel l;
+    l.rank = rank;
+    l.comm = &name;
     switch (t.kind) {
-      case Task::Kind::Send: out << "send to rank " << t.root; break;
-      case Task::Kind::Recv: out << "recv from rank " << t.root; break;
+      case Task::Kind::Send: l.what = "send to rank"; l.peer = t.root; break;
+      case Task::Kind::Recv: l.what = "recv from rank"; l.peer = t.root; break;
       case Task::Kind::Collective:
-        out << algo::name(t.collective) << " #" << t.seq << " (" << algo::name(a) << ")";
+        l.what = algo::name(t.collective);
+        l.seq = t.seq;
+        l.algorithm = algo::name(a);
         break;
     }
-    out << " on rank " << rank << " of " << name;
-    return out.str();
+    return l;
   }
 
   algo::Algorithm choose(const Task& t) const {
@@ -247,6 +255,17 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
   }
 
+  const algo::RankSchedule& schedule_for(const algo::ScheduleRequest& req) {
+    const auto key = std::tuple{static_cast<int>(req.collective), static_cast<int>(req.algorithm), req.root,
+                                req.count, req.elem_size};
+    auto it = schedules.find(key);
+    if (it == schedules.end()) {
+      if (schedules.size() >= 64) schedules.clear();
+      it = schedules.emplace(key, std::make_shared<const algo::RankSchedule>(algo::make_schedule(req))).first;
+    }
+    return *it->second;
+  }
+
   void ensure_scratch(std::size_t bytes) {
     if (scratch.size() < bytes) scratch.resize(bytes);  // zero-filled: pre-faulted
   }
@@ -255,7 +274,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     const auto deadline = Clock::now() + timeout;
     if (t.kind != Task::Kind::Collective) return execute_p2p(t, deadline);
     const algo::Algorithm a = choose(t);
-    const std::string what = label(t, a);
+    const comm::RunLabel what = label(t, a);
     if (check) verify_fingerprints(t, deadline, what);
 
     algo::ScheduleRequest req;
@@ -268,7 +287,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     req.elem_size = size_of(t.dtype);
     req.slice_bytes = slice_bytes;
     if (hierarchical) req.node_of = topology.node_of;
-    const algo::RankSchedule schedule = algo::make_schedule(req);
+    const algo::RankSchedule& schedule = schedule_for(req);
     ensure_scratch(schedule.scratch_count * req.elem_size);
     executor->run(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, what);
 
@@ -299,7 +318,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
 
   // KIZUNA_CHECK=1: all-gather every rank's fingerprint of this call and
   // fail every rank with the same Mismatch when they differ.
-  void verify_fingerprints(const Task& t, Clock::time_point deadline, const std::string& what) {
+  void verify_fingerprints(const Task& t, Clock::time_point deadline, comm::RunLabel what) {
     const comm::Fingerprint mine{t.collective, t.dtype, t.op, t.root, t.count, t.seq};
     const comm::FingerprintBytes bytes = comm::encode(mine);
     std::vector<unsigned char> all(bytes.size() * world);
@@ -311,8 +330,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     req.elem_size = 1;
     req.slice_bytes = 1 << 20;
     const algo::RankSchedule schedule = algo::make_schedule(req);
+    what.suffix = " (KIZUNA_CHECK fingerprint exchange)";
     executor->run(schedule, {bytes.data(), all.data(), nullptr}, DataType::UInt8, ReduceOp::Sum,
-                  kCheckTag | t.seq, deadline, what + " (KIZUNA_CHECK fingerprint exchange)");
+                  kCheckTag | t.seq, deadline, what);
     std::vector<comm::Fingerprint> prints;
     for (int r = 0; r < world; ++r) prints.push_back(comm::decode(all.data() + r * bytes.size()));
     const std::string report = comm::compare(prints);

@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 #include "core/check.hpp"
@@ -14,6 +15,18 @@ namespace kizuna::comm {
 
 using algo::Buffer;
 using algo::StepOp;
+
+std::string RunLabel::str() const {
+  std::ostringstream out;
+  out << what;
+  if (peer >= 0) out << " " << peer;
+  if (seq) out << " #" << seq;
+  if (!algorithm.empty()) out << " (" << algorithm << ")";
+  out << " on rank " << rank;
+  if (comm) out << " of " << *comm;
+  out << suffix;
+  return out.str();
+}
 
 Executor::Executor(std::vector<transport::Link*> links, int rank)
     : links_(std::move(links)), rank_(rank), send_index_(links_.size()), recv_index_(links_.size()) {}
@@ -67,7 +80,7 @@ bool Executor::progress_busy() {
     } catch (const Error& e) {
       failed_peer_ = link->peer();
       if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
-      KIZUNA_THROW(e.code(), *label_, ", step ", step_ + 1, " of ", steps_, ": ", e.what());
+      KIZUNA_THROW(e.code(), label_->str(), ", step ", step_ + 1, " of ", steps_, ": ", e.what());
     }
   }
   return moved;
@@ -81,7 +94,7 @@ void Executor::check_peers() {
     } catch (const Error& e) {
       failed_peer_ = link->peer();
       if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
-      KIZUNA_THROW(e.code(), *label_, ", step ", step_ + 1, " of ", steps_, ": ", e.what());
+      KIZUNA_THROW(e.code(), label_->str(), ", step ", step_ + 1, " of ", steps_, ": ", e.what());
     }
   }
 }
@@ -104,8 +117,8 @@ void Executor::wait_until(Done&& done, int awaiting) {
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
       if (awaiting >= 0)
         KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms waiting for rank ", awaiting,
-                     " in ", *label_, ", step ", step_ + 1, " of ", steps_);
-      KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms in ", *label_, ", step ",
+                     " in ", label_->str(), ", step ", step_ + 1, " of ", steps_);
+      KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms in ", label_->str(), ", step ",
                    step_ + 1, " of ", steps_);
     }
     if (now < spin_until) continue;
@@ -131,7 +144,7 @@ void Executor::wait_until(Done&& done, int awaiting) {
       // Sockets and shared memory both busy: poll briefly and look again.
       const int timeout_ms = static_cast<int>(std::min<long long>(left_ms + 1, shm_busy ? 1 : 100));
       if (::poll(fds.data(), fds.size(), timeout_ms) == 0 && !shm_busy)
-        KIZUNA_LOG(Debug) << *label_ << ": no progress for " << timeout_ms << " ms at step " << step_ + 1
+        KIZUNA_LOG(Debug) << label_->str() << ": no progress for " << timeout_ms << " ms at step " << step_ + 1
                           << " of " << steps_;
     } else if (shm_busy && doorbell_ != nullptr) {
       check_peers();
@@ -144,7 +157,7 @@ void Executor::wait_until(Done&& done, int awaiting) {
 }
 
 void Executor::run(const algo::RankSchedule& s, const ExecBuffers& b, DataType dtype, ReduceOp op,
-                   std::uint64_t seq, Clock::time_point deadline, const std::string& label) {
+                   std::uint64_t seq, Clock::time_point deadline, const RunLabel& label) {
   label_ = &label;
   deadline_ = deadline;
   started_ = Clock::now();

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "algo/schedule.hpp"
@@ -30,6 +31,19 @@
 #include "transport/shm/layout.hpp"
 
 namespace kizuna::comm {
+
+// What is running, for error messages; formatted only when one is needed
+// ("all_reduce #17 (ring) on rank 2 of kizuna/comm0").
+struct RunLabel {
+  std::string_view what;       // "all_reduce", "send to rank", ...
+  std::uint64_t seq = 0;       // shown as "#seq" when non-zero
+  std::string_view algorithm;  // shown in parentheses when non-empty
+  int peer = -1;               // shown after `what` when >= 0
+  int rank = 0;
+  const std::string* comm = nullptr;
+  std::string_view suffix;     // appended as is
+  std::string str() const;
+};
 
 struct ExecBuffers {
   const void* input = nullptr;
@@ -45,7 +59,7 @@ class Executor {
   Executor(std::vector<transport::Link*> links, int rank);
 
   void run(const algo::RankSchedule& schedule, const ExecBuffers& buffers, DataType dtype,
-           ReduceOp op, std::uint64_t seq, Clock::time_point deadline, const std::string& label);
+           ReduceOp op, std::uint64_t seq, Clock::time_point deadline, const RunLabel& label);
 
   int failed_peer() const { return failed_peer_; }
   // When the failure is a peer's abort notice: the notice (its origin and
@@ -96,7 +110,7 @@ class Executor {
   std::optional<transport::AbortNotice> cause_;
 
   // What is running, for error messages.
-  const std::string* label_ = nullptr;
+  const RunLabel* label_ = nullptr;
   std::size_t step_ = 0;
   std::size_t steps_ = 0;
   Clock::time_point deadline_;
