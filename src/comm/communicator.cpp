@@ -21,6 +21,8 @@
 #include "comm/bootstrap.hpp"
 #include "comm/executor.hpp"
 #include "comm/fingerprint.hpp"
+#include "comm/history.hpp"
+#include "comm/signal_dump.hpp"
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
 #include "core/env.hpp"
@@ -77,6 +79,7 @@ struct Task {
   ReduceOp op = ReduceOp::Sum;
   int root = 0;  // root, or the peer of a send/recv
   std::uint64_t seq = 0;
+  std::uint64_t history_id = 0;
   std::shared_ptr<detail::WorkState> work;
 };
 
@@ -97,6 +100,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::unique_ptr<comm::ShmSegments> shm;  // before links: it must outlive them
   std::vector<std::unique_ptr<transport::Link>> links;
   std::unique_ptr<comm::Executor> executor;
+  comm::History history;
+  comm::LiveProgress live;
+  std::uint64_t dump_handle = 0;
   std::vector<unsigned char> scratch;
   std::vector<std::uint64_t> p2p_sent, p2p_received;
   // Schedules of recent calls: training repeats the same few shapes, and a
@@ -119,7 +125,15 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::atomic<bool> broken{false};
   int split_count = 0;
 
-  ~Impl() { shutdown(); }
+  ~Impl() {
+    comm::unregister_dump(dump_handle);
+    shutdown();
+  }
+
+  std::string report() const {
+    return "kizuna: rank " + std::to_string(rank) + " of " + name + " (" + std::to_string(world) +
+           " ranks), recent calls, oldest first:" + history.report(live, "");
+  }
 
   void start() {
     worker = std::thread([this] { worker_loop(); });
@@ -175,6 +189,12 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       std::lock_guard lock(queue_mutex);
       KIZUNA_CHECK_ARG(!stopping, "communicator ", name, " is being destroyed");
       if (task->kind == Task::Kind::Collective) task->seq = next_seq++;
+      const std::string_view kind = task->kind == Task::Kind::Send   ? std::string_view("send to")
+                                    : task->kind == Task::Kind::Recv ? std::string_view("recv from")
+                                                                     : algo::name(task->collective);
+      const bool rooted = task->collective == Collective::Broadcast || task->collective == Collective::Reduce;
+      task->history_id = history.queued(task->seq, kind, task->dtype, task->count,
+                                        task->kind != Task::Kind::Collective || rooted ? task->root : -1);
       std::weak_ptr<Impl> weak = weak_from_this();
       task->work->run_inline = [weak, task] {
         if (auto self = weak.lock()) self->run_inline(task);
@@ -226,10 +246,13 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     } catch (const Error& e) {
       error = std::current_exception();
       fail(e);
+      history.ended(t.history_id, false);
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(Error(ErrorCode::Internal, e.what()));
       fail(Error(ErrorCode::Internal, e.what()));
+      history.ended(t.history_id, false);
     }
+    if (!error) history.ended(t.history_id, true);
     t.work->finish(error);
   }
 
@@ -242,6 +265,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       fatal = std::make_exception_ptr(e);
     }
     KIZUNA_LOG(Error) << e.what();
+    // The stuck-rank report: where this rank is, for the job's post-mortem
+    // (kizuna-run gathers these lines).
+    if (e.code() == ErrorCode::Timeout) KIZUNA_LOG(Error) << report();
     const int lost = executor ? executor->failed_peer() : -1;
     // Pass a peer's notice on unchanged (its origin saw the root cause);
     // otherwise this rank is the origin.
@@ -288,6 +314,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     req.slice_bytes = slice_bytes;
     if (hierarchical) req.node_of = topology.node_of;
     const algo::RankSchedule& schedule = schedule_for(req);
+    history.started(t.history_id, algo::name(schedule.algorithm),
+                    static_cast<std::uint32_t>(schedule.steps.size()));
     ensure_scratch(schedule.scratch_count * req.elem_size);
     executor->run(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, what);
 
@@ -312,6 +340,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     step.count = t.count;
     s.steps.push_back(step);
     const std::uint64_t n = sending ? p2p_sent[t.root]++ : p2p_received[t.root]++;
+    history.started(t.history_id, "", 1);
     executor->run(s, {t.input, t.output, nullptr}, t.dtype, t.op, kP2pTag | n, deadline,
                   label(t, algo::Algorithm::Ring));
   }
@@ -413,6 +442,12 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   for (auto& link : impl->links) raw.push_back(link.get());
   impl->executor = std::make_unique<comm::Executor>(std::move(raw), impl->rank);
   if (impl->shm) impl->executor->set_doorbell(impl->shm->mine.header());
+  impl->executor->set_live(&impl->live);
+  std::weak_ptr<Impl> weak = impl;
+  impl->dump_handle = comm::register_dump([weak] {
+    const auto self = weak.lock();
+    return self ? self->report() : std::string();
+  });
   // Choices every rank must make alike, so only from what all ranks know
   // (the topology, the configuration), never from local accidents such as
   // a shared-memory fallback on one rank.

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -29,7 +30,23 @@ std::string RunLabel::str() const {
 }
 
 Executor::Executor(std::vector<transport::Link*> links, int rank)
-    : links_(std::move(links)), rank_(rank), send_index_(links_.size()), recv_index_(links_.size()) {}
+    : links_(std::move(links)),
+      rank_(rank),
+      send_index_(links_.size()),
+      recv_index_(links_.size()),
+      last_seq_from_(links_.size()),
+      last_time_from_(links_.size()) {}
+
+std::string Executor::last_heard(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(last_seq_from_.size())) return "";
+  if (last_seq_from_[peer] == 0) return "; nothing has come from rank " + std::to_string(peer) + " yet";
+  const double ago = std::chrono::duration<double>(Clock::now() - last_time_from_[peer]).count();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", ago);
+  const std::uint64_t seq = last_seq_from_[peer];
+  const std::string which = seq >= (1ull << 62) ? "a point-to-point or check message" : "#" + std::to_string(seq);
+  return "; rank " + std::to_string(peer) + "'s last message here was in " + which + ", " + buf + " s ago";
+}
 
 unsigned char* Executor::address(const algo::RankSchedule& s, const ExecBuffers& b, Buffer which,
                                  std::uint64_t offset) const {
@@ -102,6 +119,8 @@ void Executor::check_peers() {
 template <typename Done>
 void Executor::wait_until(Done&& done, int awaiting) {
   auto spin_until = Clock::now() + spin_;
+  if (live_) live_->awaiting.store(awaiting, std::memory_order_relaxed);
+  bool announced = false;
   int yields = 0;
   std::vector<pollfd> fds;
   for (;;) {
@@ -117,7 +136,7 @@ void Executor::wait_until(Done&& done, int awaiting) {
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
       if (awaiting >= 0)
         KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms waiting for rank ", awaiting,
-                     " in ", label_->str(), ", step ", step_ + 1, " of ", steps_);
+                     " in ", label_->str(), ", step ", step_ + 1, " of ", steps_, last_heard(awaiting));
       KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms in ", label_->str(), ", step ",
                    step_ + 1, " of ", steps_);
     }
@@ -128,6 +147,12 @@ void Executor::wait_until(Done&& done, int awaiting) {
       continue;
     }
     // Nothing moves: sleep until a busy link can, or the deadline.
+    if (live_ && !announced) {
+      live_->waiting_since_us.store(
+          std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
+          std::memory_order_relaxed);
+      announced = true;
+    }
     fds.clear();
     bool shm_busy = false;
     for (transport::Link* link : links_) {
@@ -168,8 +193,14 @@ void Executor::run(const algo::RankSchedule& s, const ExecBuffers& b, DataType d
   std::fill(recv_index_.begin(), recv_index_.end(), 0);
   pending_.clear();
   const std::size_t elem = s.request.elem_size;
+  if (live_) {
+    live_->seq.store(seq, std::memory_order_relaxed);
+    live_->steps.store(static_cast<std::uint32_t>(steps_), std::memory_order_relaxed);
+    live_->waiting_since_us.store(0, std::memory_order_relaxed);
+  }
   for (step_ = 0; step_ < steps_; ++step_) {
     const algo::Step& step = s.steps[step_];
+    if (live_) live_->step.store(static_cast<std::uint32_t>(step_), std::memory_order_relaxed);
     const std::size_t bytes = step.count * elem;
     switch (step.op) {
       case StepOp::Send:
@@ -209,6 +240,9 @@ void Executor::run(const algo::RankSchedule& s, const ExecBuffers& b, DataType d
         recv_link_ = link;
         wait_until([link] { return link->recv_done(); }, step.recv_peer);
         recv_link_ = nullptr;
+        last_seq_from_[step.recv_peer] = seq;
+        last_time_from_[step.recv_peer] = Clock::now();
+        if (live_) live_->waiting_since_us.store(0, std::memory_order_relaxed);
         if (step.sends()) post_send(step.send_peer, dst, bytes, seq);
         break;
       }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "algo/schedule.hpp"
+#include "comm/history.hpp"
 #include "transport/link.hpp"
 #include "transport/shm/layout.hpp"
 
@@ -72,6 +73,8 @@ class Executor {
     spin_ = spin;
     yields_ = yields;
   }
+  // Where run() publishes its progress (for the stuck-rank report).
+  void set_live(LiveProgress* live) { live_ = live; }
   // This rank's shared-memory doorbell, when some links use shared memory.
   void set_doorbell(transport::shm::SegmentHeader* doorbell) { doorbell_ = doorbell; }
 
@@ -88,6 +91,8 @@ class Executor {
   void post_send(int peer, const unsigned char* data, std::size_t bytes, std::uint64_t seq);
   void wait_for_region(const unsigned char* begin, const unsigned char* end);
   void wait_all_sends();
+  // ", rank 3's last message here was in #16, 12.3 s ago" (or that none came).
+  std::string last_heard(int peer) const;
 
   // Progresses busy links until done() holds; `awaiting` names the peer
   // whose message or progress we wait for (-1: any), for the error message.
@@ -101,6 +106,10 @@ class Executor {
   std::vector<transport::Link*> links_;
   int rank_;
   std::vector<std::uint32_t> send_index_, recv_index_;
+  // The collective of the last message received from each peer, and when.
+  std::vector<std::uint64_t> last_seq_from_;
+  std::vector<Clock::time_point> last_time_from_;
+  LiveProgress* live_ = nullptr;
   std::vector<PendingSend> pending_;
   transport::Link* recv_link_ = nullptr;
   std::chrono::microseconds spin_{20};

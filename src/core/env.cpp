@@ -124,6 +124,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_TRANSPORT",
       "KIZUNA_SHM_BYTES",
       "KIZUNA_SPIN_US",
+      "KIZUNA_DUMP_ON_SIGNAL",
   };
   return names;
 }
@@ -193,6 +194,7 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_SPIN_US")) {
     if (trim_lower(*v) != "auto") env.spin_us = static_cast<int>(parse_int("KIZUNA_SPIN_US", *v, 0, 1'000'000));
   }
+  if (auto v = lookup("KIZUNA_DUMP_ON_SIGNAL")) env.dump_on_signal = parse_bool("KIZUNA_DUMP_ON_SIGNAL", *v);
 
   const auto& known = known_variables();
   for (const std::string& name : names) {

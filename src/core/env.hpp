@@ -48,6 +48,7 @@ struct Env {
   Transport transport = Transport::Auto;               // KIZUNA_TRANSPORT
   std::uint64_t shm_bytes = 1 << 20;                   // KIZUNA_SHM_BYTES (per channel)
   int spin_us = -1;                                    // KIZUNA_SPIN_US (-1: auto)
+  bool dump_on_signal = false;                         // KIZUNA_DUMP_ON_SIGNAL
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,
   // each as a ready-to-log sentence.

@@ -135,3 +135,55 @@ TEST_CASE("split groups run different collectives concurrently", "[multiproc]") 
   INFO(describe(results));
   for (const auto& r : results) CHECK(r.ok());
 }
+
+TEST_CASE("a stopped rank: the others raise Timeout naming it, with the stuck-rank report", "[multiproc]") {
+  ProcessGroup group;
+  launch(group, 4, {kWorker, "loop"}, {{"KIZUNA_TIMEOUT", "3"}, {"KIZUNA_ALGO", "ring"}});
+  std::this_thread::sleep_for(1500ms);
+  group.kill(2, SIGSTOP);
+  std::this_thread::sleep_for(200ms);
+  std::vector<ProcessResult> results;
+  {
+    // The survivors must finish on their own; the stopped one is killed after.
+    const auto deadline = std::chrono::steady_clock::now() + 40s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool all_exited = true;
+      for (int r : {0, 1, 3}) {
+        siginfo_t info{};
+        ::waitid(P_PID, static_cast<id_t>(group.pid(r)), &info, WEXITED | WNOHANG | WNOWAIT);
+        all_exited &= info.si_pid != 0;  // exited, not yet reaped
+      }
+      if (all_exited) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    group.kill(2, SIGKILL);
+    results = group.wait(30s);
+  }
+  INFO(describe(results));
+  for (int r : {0, 1, 3}) {
+    CAPTURE(r);
+    CHECK_FALSE(results[r].hung);
+    CHECK(results[r].exit_code == code_exit(kizuna::ErrorCode::Timeout));
+  }
+  // rank 3 waits for rank 2 directly, names it and prints where it is stuck
+  CHECK(results[3].output.find("waiting for rank 2") != std::string::npos);
+  CHECK(results[3].output.find("recent calls, oldest first") != std::string::npos);
+  CHECK(results[3].output.find("running, step") != std::string::npos);
+}
+
+TEST_CASE("KIZUNA_DUMP_ON_SIGNAL: SIGUSR1 prints a live rank's recent collectives", "[multiproc]") {
+  ProcessGroup group;
+  launch(group, 3, {kWorker, "loop"}, {{"KIZUNA_TIMEOUT", "60"}, {"KIZUNA_DUMP_ON_SIGNAL", "1"}});
+  std::this_thread::sleep_for(1500ms);
+  group.kill(1, SIGSTOP);  // the others soon wait for it
+  std::this_thread::sleep_for(500ms);
+  group.kill(0, SIGUSR1);
+  std::this_thread::sleep_for(500ms);
+  for (int r = 0; r < 3; ++r) group.kill(r, SIGKILL);
+  const auto results = group.wait(30s);
+  INFO(describe(results));
+  CHECK(results[0].output.find("recent calls, oldest first") != std::string::npos);
+  CHECK(results[0].output.find("all_reduce float32 x1048576") != std::string::npos);
+  CHECK(results[0].output.find(": done in ") != std::string::npos);
+  CHECK(results[0].output.find(": running, step ") != std::string::npos);
+}

@@ -158,3 +158,9 @@ TEST_CASE("KIZUNA_STORE_PREFIX", "[env]") {
   CHECK(error_of({{"KIZUNA_STORE_PREFIX", std::string(513, 'a')}}).find("1 to 512") != std::string::npos);
   CHECK(parse({{"KIZUNA_STORE_PREFIX", "x"}}).warnings.empty());
 }
+
+TEST_CASE("KIZUNA_DUMP_ON_SIGNAL", "[env]") {
+  CHECK_FALSE(parse({}).dump_on_signal);
+  CHECK(parse({{"KIZUNA_DUMP_ON_SIGNAL", "1"}}).dump_on_signal);
+  CHECK(error_of({{"KIZUNA_DUMP_ON_SIGNAL", "sometimes"}}).find("KIZUNA_DUMP_ON_SIGNAL") != std::string::npos);
+}

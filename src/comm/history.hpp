@@ -1,0 +1,74 @@
+// comm/history.hpp: the recent collectives of one communicator, for the
+// stuck-rank report.
+//
+// Every call is recorded when queued, when it starts and when it ends; the
+// one running also shows the step it has reached and the rank it waits for
+// (read from the executor's live progress). On a timeout the communicator
+// logs its record of the stuck call, and KIZUNA_DUMP_ON_SIGNAL=1 makes
+// SIGUSR1 print every live communicator's history, so a hung job can be
+// inspected without killing it.
+//
+// Thread-safe: the worker records, any thread (the signal dumper) reads.
+#pragma once
+
+#include <kizuna/types.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace kizuna::comm {
+
+// What the executor is doing right now; written by the executor, read by
+// anyone.
+struct LiveProgress {
+  std::atomic<std::uint64_t> seq{0};
+  std::atomic<std::uint32_t> step{0};
+  std::atomic<std::uint32_t> steps{0};
+  std::atomic<int> awaiting{-1};
+  std::atomic<std::int64_t> waiting_since_us{0};  // steady clock, 0: not waiting
+};
+
+class History {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class State : std::uint8_t { Queued, Running, Done, Failed };
+
+  struct Record {
+    std::uint64_t seq = 0;
+    std::string_view kind;       // "all_reduce", "send", ...
+    std::string_view algorithm;  // "" until started
+    DataType dtype = DataType::Float32;
+    std::uint64_t count = 0;
+    int peer = -1;               // root or point-to-point peer
+    State state = State::Queued;
+    Clock::time_point queued, started, ended;
+    std::uint32_t steps = 0;
+  };
+
+  // Returns an id for started/ended. `seq` is 0 for point-to-point calls.
+  std::uint64_t queued(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer);
+  void started(std::uint64_t id, std::string_view algorithm, std::uint32_t steps);
+  void ended(std::uint64_t id, bool ok);
+
+  // The last completed collective sequence number (0: none).
+  std::uint64_t last_completed_seq() const;
+
+  // One line per recorded call, oldest first; the running one with `live`.
+  std::string report(const LiveProgress& live, const std::string& header) const;
+
+ private:
+  static constexpr std::size_t kSize = 32;
+  Record* find(std::uint64_t id);
+  mutable std::mutex mutex_;
+  std::array<Record, kSize> ring_{};
+  std::array<std::uint64_t, kSize> ids_{};
+  std::uint64_t next_id_ = 1;
+  std::uint64_t last_completed_seq_ = 0;
+};
+
+}  // namespace kizuna::comm
