@@ -7,6 +7,7 @@
 #   make test      build, then run every test (ctest)
 #   make demo      build, then run the main demonstration
 #   make bench     build, then run the benchmarks
+#   make bench-compare  build, then kizuna vs Gloo vs Open MPI in one run
 #   make install   install into $(PREFIX)
 #   make clean     remove $(BUILD)
 #
@@ -19,7 +20,7 @@ JOBS       ?= $(shell nproc)
 PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test demo bench install clean
+.PHONY: all deps configure build test demo bench bench-compare install clean
 
 all: build
 
@@ -40,6 +41,9 @@ demo: build
 
 bench: build
 	@scripts/bench.sh $(BUILD)
+
+bench-compare: build
+	@scripts/bench_compare.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -9,6 +9,8 @@ packages=(
   g++ make cmake pkg-config
   # tests and benchmarks
   catch2 libbenchmark-dev
+  # side-by-side comparison (make bench-compare)
+  libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox
 )
 
 missing=()

@@ -1,0 +1,20 @@
+# bench/compare/launcher.sh: sourced by scripts/bench.sh and
+# scripts/bench_compare.sh (which set $build and $root). Defines
+#   launch N PROGRAM [ARGS...]
+# which starts N ranks of PROGRAM on this machine with RANK, WORLD_SIZE,
+# MASTER_ADDR, MASTER_PORT, ... set: through kizuna-run when it is built and
+# speaks --nproc-per-node, otherwise through bench/compare/launch.sh.
+if [[ -x "$build/bin/kizuna-run" ]] && "$build/bin/kizuna-run" --help 2>&1 | grep -q -- --nproc-per-node; then
+  kizuna_launcher="kizuna-run"
+  launch() {
+    local n=$1
+    shift
+    "$build/bin/kizuna-run" --nproc-per-node "$n" -- "$@"
+  }
+else
+  kizuna_launcher="bench/compare/launch.sh"
+  launch() {
+    "$root/bench/compare/launch.sh" "$@"
+  }
+fi
+echo "launcher: $kizuna_launcher" >&2

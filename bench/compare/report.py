@@ -1,0 +1,489 @@
+#!/usr/bin/python3
+"""bench/compare/report.py: turns the result files of scripts/bench.sh and
+scripts/bench_compare.sh into the generated sections of docs/performance.md
+(and, for the comparison, gnuplot PNGs under docs/plots/).
+
+    report.py bench   --results DIR --doc docs/performance.md --command CMD
+    report.py compare --results DIR --doc docs/performance.md --plots docs/plots --command CMD
+
+Input (DIR):
+    <config>-n<world>-r<rep>.json   kizuna-perf / gloo-perf / mpi-perf --json output
+    memory-r<rep>.json              bench_reduce --benchmark_format=json (memcpy, reduce float32)
+    tcp-ring-n<world>-r<rep>.txt    tcp-ring-rate output
+Every figure is a median over the repetitions <rep>; the spread shown is
+half the range (max - min) over the repetitions, relative to the median.
+
+Each section sits between its own marker comments; a rerun replaces that
+section only and leaves the rest of the file alone (a missing section is
+appended at the end).
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+# Configurations of the comparison, in table order: (file label, column title, transport group).
+COMPARE_CONFIGS = [
+    ("kizuna-shm-auto", "kizuna shm auto", "shm"),
+    ("kizuna-shm-ring", "kizuna shm ring", "shm"),
+    ("kizuna-shm-tree", "kizuna shm tree", "shm"),
+    ("mpi-shm", "Open MPI shm", "shm"),
+    ("kizuna-tcp-auto", "kizuna tcp auto", "tcp"),
+    ("kizuna-tcp-ring", "kizuna tcp ring", "tcp"),
+    ("kizuna-tcp-tree", "kizuna tcp tree", "tcp"),
+    ("gloo-ring", "Gloo ring", "tcp"),
+    ("gloo-ring_chunked", "Gloo ring_chunked", "tcp"),
+    ("gloo-halving_doubling", "Gloo halving_doubling", "tcp"),
+    ("gloo-bcube", "Gloo bcube", "tcp"),
+    ("mpi-tcp", "Open MPI tcp", "tcp"),
+]
+GLOO = ["gloo-ring", "gloo-ring_chunked", "gloo-halving_doubling", "gloo-bcube"]
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def human_size(n):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", KIB)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def median_spread(values):
+    """Median and half the range relative to it (a fraction)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None
+    m = statistics.median(values)
+    spread = (max(values) - min(values)) / 2 / m if m else 0.0
+    return m, spread
+
+
+def number(value, kind):
+    """busbw with three significant figures (0.00123, 0.0456, 1.23, 12.3); times in us
+    with 2 decimals below 10, 1 below 100, none above."""
+    if kind == "busbw":
+        if value >= 10:
+            return f"{value:.1f}"
+        if value >= 1:
+            return f"{value:.2f}"
+        if value >= 0.1:
+            return f"{value:.3f}"
+        if value >= 0.01:
+            return f"{value:.4f}"
+        return f"{value:.2g}" if value else "0"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def fmt(value, spread, kind="busbw"):
+    if value is None:
+        return "n/a"
+    text = number(value, kind)
+    if spread is not None and spread >= 0.01:
+        text += f" ±{spread * 100:.0f}%"
+    return text
+
+
+def load_runs(results, pattern):
+    """{(label, world): [json doc per repetition]} for files matching pattern."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        m = re.fullmatch(pattern, os.path.basename(path))
+        if not m:
+            continue
+        with open(path) as f:
+            doc = json.load(f)
+        runs.setdefault((m.group("label"), int(m.group("world"))), []).append(doc)
+    return runs
+
+
+def series(docs, placement, field):
+    """{size: [value per repetition]} of one configuration."""
+    out = {}
+    for doc in docs:
+        for row in doc["results"]:
+            m = row.get(placement)
+            if m is None:
+                continue
+            out.setdefault(row["size"], []).append(m[field])
+    return out
+
+
+def stats(docs, placement, field):
+    return {size: median_spread(vals) for size, vals in series(docs, placement, field).items()}
+
+
+def total_wrong(runs):
+    return sum(doc.get("wrong", 0) for docs in runs.values() for doc in docs)
+
+
+def replace_section(doc_path, name, body):
+    begin = f"<!-- BEGIN {name} (generated; a rerun replaces everything up to the END marker) -->"
+    end = f"<!-- END {name} -->"
+    text = open(doc_path).read() if os.path.exists(doc_path) else ""
+    block = f"{begin}\n{body.rstrip()}\n{end}\n"
+    pattern = re.compile(re.escape(f"<!-- BEGIN {name} ") + r".*?" + re.escape(end) + r"\n?", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    with open(doc_path, "w") as f:
+        f.write(text)
+
+
+def machine_line():
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             check=False).stdout.strip()
+    except OSError:
+        rev = ""
+    try:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "include", "kernels"],
+                               capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        dirty = ""
+    date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return (f"{date}, {os.cpu_count()} CPUs ({cpu}), kizuna built from {rev or 'an unknown revision'}"
+            + (" with uncommitted changes to its sources" if dirty else ""))
+
+
+# ---------------------------------------------------------------- make bench
+
+def bench(args):
+    runs = load_runs(args.results, r"kizuna-(?P<label>[a-z_]+)-n(?P<world>\d+)-r\d+\.json")
+    if not runs:
+        sys.exit("report.py: no kizuna-perf results in " + args.results)
+    worlds = sorted({w for _, w in runs})
+    collectives = [c for c in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+                   if any(label == c for label, _ in runs)]
+    reps = max(len(d) for d in runs.values())
+    any_doc = next(iter(runs.values()))[0]
+    lines = [
+        "## kizuna-perf tables (`make bench`)",
+        "",
+        f"Command: `{args.command}`; {machine_line()}.",
+        "",
+        f"kizuna-perf per collective and world size, ranks as processes, float32 (sum where it "
+        f"applies), algorithm and transport as kizuna chooses them (auto), -n {any_doc['iters']} "
+        f"-w {any_doc['warmup']}, every result checked. Figures are medians of {reps} runs "
+        f"(± half their range where it is 1% or more). Time in us, busbw in GB/s "
+        f"(nccl-tests' definition).",
+        "",
+    ]
+    for c in collectives:
+        lines += [f"### {c}", ""]
+        header = "| size |"
+        rule = "|---|"
+        for w in worlds:
+            header += f" {w} ranks: time out-of-place | busbw | time in-place | busbw |"
+            rule += "---|---|---|---|"
+        lines += [header, rule]
+        sizes = sorted({r["size"] for w in worlds for doc in runs.get((c, w), []) for r in doc["results"]})
+        per_world = {}
+        for w in worlds:
+            docs = runs.get((c, w), [])
+            per_world[w] = {p: (stats(docs, p, "time_us"), stats(docs, p, "busbw"))
+                            for p in ("out_of_place", "in_place")}
+        for size in sizes:
+            line = f"| {human_size(size)} |"
+            for w in worlds:
+                for p in ("out_of_place", "in_place"):
+                    t, b = per_world[w][p]
+                    line += f" {fmt(*t.get(size, (None, None)), 'time')} | {fmt(*b.get(size, (None, None)))} |"
+            lines.append(line)
+        lines.append("")
+    wrong = total_wrong(runs)
+    lines.append(f"Wrong elements over every run: {wrong}.")
+    replace_section(args.doc, "kizuna-perf tables", "\n".join(lines))
+    print(f"report.py: wrote the kizuna-perf tables into {args.doc}")
+    return 1 if wrong else 0
+
+
+# ---------------------------------------------------------- make bench-compare
+
+def load_memory(results):
+    """Medians over repetitions of memcpy and float32 reduce at 64 MiB, bytes/s."""
+    copy, reduce = [], []
+    for path in sorted(glob.glob(os.path.join(results, "memory-r*.json"))):
+        with open(path) as f:
+            doc = json.load(f)
+        for b in doc.get("benchmarks", []):
+            if b.get("run_type", "iteration") != "iteration":
+                continue
+            if b["name"].startswith("BM_memcpy/"):
+                copy.append(b["bytes_per_second"])
+            elif b["name"].startswith("BM_reduce/float32/"):
+                reduce.append(b["bytes_per_second"])
+    return median_spread(copy), median_spread(reduce), len(copy)
+
+
+def load_tcp(results):
+    """{world: (median, spread)} of tcp-ring-rate's mean per-direction rate, GB/s."""
+    rates = {}
+    for path in sorted(glob.glob(os.path.join(results, "tcp-ring-n*-r*.txt"))):
+        world = int(re.search(r"tcp-ring-n(\d+)-", path).group(1))
+        with open(path) as f:
+            m = re.search(r"tcp-ring-rate procs \d+ min ([\d.]+) mean ([\d.]+)", f.read())
+        if m:
+            rates.setdefault(world, []).append(float(m.group(2)))
+    return {w: median_spread(v) for w, v in rates.items()}
+
+
+# Line colours: one per kizuna algorithm (solid for shm, dashed for tcp), one for
+# Open MPI (likewise), one per Gloo algorithm.
+COLOURS = {"auto": "#7b1fa2", "ring": "#2e7d32", "tree": "#1565c0", "mpi": "#ef6c00",
+           "gloo-ring": "#212121", "gloo-ring_chunked": "#795548", "gloo-halving_doubling": "#9e9e9e",
+           "gloo-bcube": "#c0ca33"}
+
+
+def tic_label(v):
+    for unit, scale in (("G", 1 << 30), ("M", MIB), ("K", KIB)):
+        if v >= scale:
+            return f"{v // scale}{unit}"
+    return str(v)
+
+
+def plot(args, runs, worlds, sizes):
+    """Data files and a gnuplot script; PNGs of busbw and latency against size."""
+    os.makedirs(args.plots, exist_ok=True)
+    data_dir = os.path.join(args.results, "plot-data")
+    os.makedirs(data_dir, exist_ok=True)
+    present = [c for c in COMPARE_CONFIGS if any((c[0], w) in runs for w in worlds)]
+    script = []
+    for w in worlds:
+        for metric, field, ylabel, logy in (("busbw", "busbw", "bus bandwidth (GB/s)", False),
+                                            ("latency", "time_us", "time per all-reduce (us)", True)):
+            cols = []
+            for label, title, group in present:
+                docs = runs.get((label, w))
+                if not docs:
+                    continue
+                st = stats(docs, "in_place", field)
+                path = os.path.join(data_dir, f"{metric}-{label}-n{w}.dat")
+                with open(path, "w") as f:
+                    for size in sizes:
+                        if size in st and st[size][0] is not None:
+                            f.write(f"{size} {st[size][0]}\n")
+                dash = "dt 1" if group == "shm" else "dt 2"
+                width = "lw 2.5" if label.startswith("kizuna") else "lw 1.5"
+                colour = COLOURS[label.split("-", 2)[-1] if label.startswith("kizuna") else label.split("-")[0] if label.startswith("mpi") else label]
+                cols.append(f"'{path}' using 1:2 with linespoints {dash} {width} lc rgb '{colour}' pt 7 ps 0.5 title '{title}'")
+            out = os.path.join(args.plots, f"{metric}_n{w}.png")
+            script += [
+                "set terminal pngcairo size 1100,650 noenhanced font ',10'",
+                f"set output '{out}'",
+                f"set title 'all-reduce float32 sum, {w} ranks, in-place: {metric} (medians; solid: shared memory, dashed: TCP)'",
+                "set logscale x 2",
+                "set xtics (" + ", ".join(f"'{tic_label(v)}' {v}" for v in sizes if v and (v.bit_length() - 1) % 2 == 0) + ")",
+                "set xlabel 'size (bytes)'",
+                f"set ylabel '{ylabel}'",
+                "set logscale y" if logy else "unset logscale y",
+                "set key outside right top",
+                "set grid",
+                "plot " + ", \\\n     ".join(cols),
+                "",
+            ]
+    script_path = os.path.join(data_dir, "plots.gp")
+    with open(script_path, "w") as f:
+        f.write("\n".join(script))
+    result = subprocess.run(["gnuplot", script_path], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        print("report.py: gnuplot failed:\n" + result.stderr, file=sys.stderr)
+        return []
+    return [f"{m}_n{w}.png" for w in worlds for m in ("busbw", "latency")]
+
+
+def compare(args):
+    runs = load_runs(args.results, r"(?P<label>(kizuna|gloo|mpi)-[a-z_-]+?)-n(?P<world>\d+)-r\d+\.json")
+    if not runs:
+        sys.exit("report.py: no results in " + args.results)
+    worlds = sorted({w for _, w in runs})
+    sizes = sorted({r["size"] for docs in runs.values() for doc in docs for r in doc["results"]})
+    reps = max(len(d) for d in runs.values())
+    any_doc = next(iter(runs.values()))[0]
+    (rc, rc_spread), (rr, rr_spread), mem_reps = load_memory(args.results)
+    tcp = load_tcp(args.results)
+    cores = os.cpu_count() or 1
+    out = []   # the section
+    say = []   # what is printed on the terminal too
+
+    out += [
+        "## Side by side: kizuna, Gloo and Open MPI (`make bench-compare`, issue 6)",
+        "",
+        f"Command: `{args.command}`; {machine_line()}.",
+        "",
+        f"All-reduce of float32 with sum, in-place (Gloo's algorithms are in-place only), sizes "
+        f"{human_size(sizes[0])} .. {human_size(sizes[-1])}, ranks as processes on this machine, "
+        f"-n {any_doc['iters']} -w {any_doc['warmup']} per size, every result checked; "
+        f"{reps} repetitions, the configurations interleaved within each. Figures are medians over "
+        f"the repetitions, ± half their range where it is 1% or more. kizuna's transport is forced "
+        f"with KIZUNA_TRANSPORT (kizuna-perf --transport); Open MPI runs once with its defaults "
+        f"(shared memory) and once with `--mca btl tcp,self`; Gloo uses its TCP transport on "
+        f"loopback in its default (asynchronous) mode.",
+        "",
+    ]
+
+    # Ceilings and their derivation.
+    out += ["### Ceilings measured in the same run", ""]
+    mem_ceiling = {}
+    if rc and rr:
+        rc_g, rr_g = rc / 1e9, rr / 1e9
+        per_rank = 2 / (3 / rc_g + 1 / rr_g)
+        out += [
+            f"- memcpy at 64 MiB: **{rc_g:.2f} GB/s** (R_copy); float32 `reduce` (dst += src) at 64 MiB: "
+            f"**{rr_g:.2f} GB/s** of one operand (R_reduce); `bench_reduce`, one single-threaded "
+            f"measurement per repetition, medians of {mem_reps}.",
+            "- Memory ceiling of a shared-memory ring all-reduce of S bytes over n ranks. Each rank "
+            "sends 2(n-1)/n S bytes (reduce-scatter, then all-gather), each copied once into a "
+            "shared slot; it folds (n-1)/n S bytes out of slots into its buffer (reduce-scatter) and "
+            "copies (n-1)/n S bytes out of slots (all-gather). Per rank: 3(n-1)/n S bytes of memcpy "
+            "and (n-1)/n S bytes of reduce, so",
+            "  T >= (n/p) (n-1)/n S (3/R_copy + 1/R_reduce), with p = min(n, cores) ranks running at "
+            "once, and busbw = 2(n-1)/n S / T gives",
+            f"  **ceiling(n) = (p/n) x 2 / (3/R_copy + 1/R_reduce) = (p/n) x 2 / (3/{rc_g:.2f} + "
+            f"1/{rr_g:.2f}) = (p/n) x {per_rank:.2f} GB/s**.",
+        ]
+        for w in worlds:
+            p = min(w, cores)
+            mem_ceiling[w] = per_rank * p / w
+            out.append(f"  - {w} ranks on {cores} cores: p = {p}, ceiling {mem_ceiling[w]:.2f} GB/s.")
+        out.append("  This is optimistic in one way (single-threaded copy rates, while several ranks "
+                   "share the memory bus) and assumes the slot design of the shared-memory transport "
+                   "(a sender copies in, a receiver reduces or copies straight out).")
+    else:
+        out.append("- memcpy/reduce rates: not measured (bench_reduce missing).")
+    for w in worlds:
+        if w in tcp:
+            rate, spread = tcp[w]
+            what = "two processes, full duplex" if w == 2 else f"a ring of {w} processes, every edge busy"
+            out.append(f"- Loopback TCP, {what}: **{rate:.2f} GB/s** per direction (±{spread * 100:.0f}% over the repetitions; "
+                       f"`tcp-ring-rate --procs {w}`). A TCP ring all-reduce moves 2(n-1)/n S bytes "
+                       f"over each edge, so its busbw cannot exceed this rate.")
+    out.append("")
+
+    # Targets.
+    def st(label, w, field):
+        docs = runs.get((label, w))
+        return stats(docs, "in_place", field) if docs else {}
+
+    def ratio_over(num, den, lo, hi, worst):
+        """Worst ratio num/den over sizes in [lo, hi]: (ratio, size) or None."""
+        best = None
+        for size in sizes:
+            if size < lo or size > hi or size not in num or size not in den:
+                continue
+            a, b = num[size][0], den[size][0]
+            if a is None or not b:
+                continue
+            r = a / b
+            if best is None or worst(r, best[0]):
+                best = (r, size)
+        return best
+
+    lower = lambda r, b: r < b
+    higher = lambda r, b: r > b
+    rows = []
+    for w in worlds:
+        ks_b, ks_t = st("kizuna-shm-auto", w, "busbw"), st("kizuna-shm-auto", w, "time_us")
+        ms_b, ms_t = st("mpi-shm", w, "busbw"), st("mpi-shm", w, "time_us")
+        kt_b, kt_t = st("kizuna-tcp-auto", w, "busbw"), st("kizuna-tcp-auto", w, "time_us")
+        mt_b, mt_t = st("mpi-tcp", w, "busbw"), st("mpi-tcp", w, "time_us")
+        gloo_best = {}
+        for g in GLOO:
+            for size, (v, _) in st(g, w, "busbw").items():
+                if v is not None and (size not in gloo_best or v > gloo_best[size][0]):
+                    gloo_best[size] = (v, None)
+
+        def check(name, found, goal, better_is_higher, unit="x"):
+            if found is None:
+                rows.append(f"| {w} | {name} | not measured | |")
+                return
+            value, size = found
+            met = value >= goal if better_is_higher else value <= goal
+            where = f" (worst at {human_size(size)})" if size is not None else ""
+            rows.append(f"| {w} | {name} | {value:.2f}{unit}{where} | "
+                        f"{'met' if met else 'missed by ' + format(abs(value - goal) / goal * 100, '.0f') + '%'} |")
+
+        check("shm busbw >= 1.2x Open MPI shm, 64 KiB .. 64 MiB",
+              ratio_over(ks_b, ms_b, 64 * KIB, 64 * MIB, lower), 1.2, True)
+        check("shm latency <= Open MPI shm, 4 B .. 1 KiB",
+              ratio_over(ks_t, ms_t, 4, KIB, higher), 1.0, False)
+        top = 64 * MIB
+        if top in ks_b and w in mem_ceiling:
+            check("shm busbw at 64 MiB >= 70% of the memory ceiling",
+                  (ks_b[top][0] / mem_ceiling[w], None), 0.7, True)
+        check("tcp busbw >= 1.5x best Gloo, 1 MiB .. 64 MiB",
+              ratio_over(kt_b, gloo_best, MIB, 64 * MIB, lower), 1.5, True)
+        check("tcp busbw >= Open MPI tcp, 1 MiB .. 64 MiB",
+              ratio_over(kt_b, mt_b, MIB, 64 * MIB, lower), 1.0, True)
+        if top in kt_b and w in tcp:
+            check("tcp busbw at 64 MiB >= 80% of loopback rate",
+                  (kt_b[top][0] / tcp[w][0], None), 0.8, True)
+        check("tcp latency <= Open MPI tcp, 4 B .. 1 KiB",
+              ratio_over(kt_t, mt_t, 4, KIB, higher), 1.0, False)
+    out += ["### Targets (kizuna with algorithm auto)", "",
+            "Ratios of medians; \"worst at\" names the size where the ratio is least favourable.", "",
+            "| ranks | target | measured | verdict |", "|---|---|---|---|"] + rows + [""]
+    say += ["targets:"] + rows
+
+    # Tables: busbw from 1 KiB up (below, it is ~0 and the time says more), time at every size.
+    for w in worlds:
+        present = [c for c in COMPARE_CONFIGS if (c[0], w) in runs]
+        for title, field, kind, lo in (("Bus bandwidth (GB/s)", "busbw", "busbw", KIB),
+                                       ("Time per all-reduce (us)", "time_us", "time", 0)):
+            out += [f"### {title}, {w} ranks", "",
+                    "| size | " + " | ".join(c[1] for c in present) + " |",
+                    "|---|" + "---|" * len(present)]
+            cols = [st(c[0], w, field) for c in present]
+            for size in sizes:
+                if size >= lo:
+                    out.append(f"| {human_size(size)} | " +
+                               " | ".join(fmt(*col.get(size, (None, None)), kind) for col in cols) + " |")
+            out.append("")
+
+    pngs = plot(args, runs, worlds, sizes)
+    if pngs:
+        rel = os.path.relpath(args.plots, os.path.dirname(os.path.abspath(args.doc)))
+        out += ["### Plots", ""] + [f"![{p}]({rel}/{p})" for p in pngs] + [""]
+    wrong = total_wrong(runs)
+    failures_path = os.path.join(args.results, "failures.txt")
+    failures = open(failures_path).read().split() if os.path.exists(failures_path) else []
+    out.append(f"Wrong elements over every run: {wrong}. Runs that failed and are left out: "
+               + (", ".join(f"`{f}`" for f in failures) if failures else "none") + ".")
+    replace_section(args.doc, "bench-compare", "\n".join(out))
+    print("\n".join(say))
+    print(f"report.py: wrote the comparison into {args.doc}" + (f" and {len(pngs)} plots into {args.plots}" if pngs else ""))
+    return 1 if wrong else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["bench", "compare"])
+    parser.add_argument("--results", required=True)
+    parser.add_argument("--doc", required=True)
+    parser.add_argument("--plots", default="docs/plots")
+    parser.add_argument("--command", required=True)
+    args = parser.parse_args()
+    sys.exit(bench(args) if args.mode == "bench" else compare(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# scripts/bench_compare.sh BUILD_DIR: kizuna, Gloo and Open MPI side by side,
+# in one run on this machine (issue 6), written into the "bench-compare"
+# section of docs/performance.md with PNG plots in docs/plots/.
+#
+# Each repetition (BENCH_REPS, default 3) runs, for 2 and 4 ranks, every
+# configuration once, interleaved so that the machine's drift hits them all
+# alike:
+#   kizuna-perf    --transport shm|tcp x --algo auto|ring|tree
+#   gloo-perf      --algo ring|ring_chunked|halving_doubling|bcube (TCP, async mode)
+#   mpi-perf       under mpirun: default (shared memory), and --mca btl tcp,self
+# all-reduce, float32 sum, 4 B .. 64 MiB by factors of 2, every result
+# checked; and the ceilings the targets are judged against:
+#   bench_reduce   memcpy and float32 reduce at 64 MiB (memory-bandwidth ceiling)
+#   tcp-ring-rate  loopback TCP with 2 processes (full duplex) and a ring of 4
+# bench/compare/report.py then takes medians over the repetitions, derives
+# the ceilings, checks the targets and plots.
+#
+# Knobs: BENCH_REPS (3), BENCH_ITERS (-n, 20), BENCH_WARMUP (-w, 5),
+# BENCH_MAX (-e, 64M), BENCH_WORLDS ("2 4"), BENCH_OUT (results folder,
+# default BUILD_DIR/bench-compare), BENCH_DOC (docs/performance.md),
+# BENCH_PLOTS (docs/plots).
+set -euo pipefail
+build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$build" && pwd)
+reps=${BENCH_REPS:-3}
+iters=${BENCH_ITERS:-20}
+warmup=${BENCH_WARMUP:-5}
+max=${BENCH_MAX:-64M}
+worlds=${BENCH_WORLDS:-2 4}
+out=${BENCH_OUT:-$build/bench-compare}
+sweep=(-b 4 -e "$max" -f 2 -n "$iters" -w "$warmup")
+
+for tool in bin/kizuna-perf bench/bench_reduce bench/compare/tcp-ring-rate; do
+  [[ -x "$build/$tool" ]] || { echo "bench_compare.sh: $build/$tool is not built" >&2; exit 1; }
+done
+have_gloo=0
+have_mpi=0
+[[ -x "$build/bench/compare/gloo-perf" ]] && have_gloo=1 ||
+  echo "bench_compare.sh: gloo-perf is not built (libgloo-dev missing?); Gloo is left out" >&2
+[[ -x "$build/bench/compare/mpi-perf" ]] && command -v mpirun >/dev/null && have_mpi=1 ||
+  echo "bench_compare.sh: mpi-perf or mpirun missing (libopenmpi-dev, openmpi-bin); Open MPI is left out" >&2
+
+rm -rf "$out"
+mkdir -p "$out"
+source "$root/bench/compare/launcher.sh"
+
+mpi() {
+  local n=$1
+  shift
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$@"
+}
+
+# run NAME COMMAND...: one configuration of one repetition; its table goes to
+# $out/NAME.txt and its results to $out/NAME.json. A run that fails (a crash,
+# a wrong result) is reported, its results are set aside as NAME.failed.json
+# and listed in $out/failures.txt, and the comparison goes on without it.
+run() {
+  local name=$1
+  shift
+  echo "-- $name"
+  if "$@" --json "$out/$name.json" >"$out/$name.txt" 2>"$out/$name.err" && [[ -s "$out/$name.json" ]]; then
+    grep -E '^(\[0\] )?# Avg bus bandwidth' "$out/$name.txt" || true
+  else
+    echo "bench_compare.sh: $name failed; its output is in $out/$name.txt and $out/$name.err" >&2
+    tail -3 "$out/$name.err" >&2 || true
+    [[ -f "$out/$name.json" ]] && mv "$out/$name.json" "$out/$name.failed.json"
+    echo "$name" >>"$out/failures.txt"
+  fi
+}
+
+start=$(date +%s)
+for ((rep = 1; rep <= reps; rep++)); do
+  echo "== repetition $rep of $reps"
+  "$build/bench/bench_reduce" --benchmark_filter='^(BM_memcpy|BM_reduce/float32)/67108864$' \
+    --benchmark_format=json --benchmark_out="$out/memory-r$rep.json" --benchmark_out_format=json >/dev/null
+  for n in $worlds; do
+    "$build/bench/compare/tcp-ring-rate" --procs "$n" --seconds 2 | tee "$out/tcp-ring-n$n-r$rep.txt" | tail -1
+    for transport in shm tcp; do
+      for algo in auto ring tree; do
+        run "kizuna-$transport-$algo-n$n-r$rep" \
+          launch "$n" "$build/bin/kizuna-perf" --transport "$transport" --algo "$algo" "${sweep[@]}"
+      done
+    done
+    if ((have_gloo)); then
+      for algo in ring ring_chunked halving_doubling bcube; do
+        run "gloo-$algo-n$n-r$rep" launch "$n" "$build/bench/compare/gloo-perf" --algo "$algo" "${sweep[@]}"
+      done
+    fi
+    if ((have_mpi)); then
+      run "mpi-shm-n$n-r$rep" mpi "$n" "$build/bench/compare/mpi-perf" --transport shm "${sweep[@]}"
+      run "mpi-tcp-n$n-r$rep" mpi "$n" --mca btl tcp,self "$build/bench/compare/mpi-perf" --transport tcp "${sweep[@]}"
+    fi
+  done
+done
+echo "== measured in $(( $(date +%s) - start )) s; results in $out"
+
+cd "$root"
+/usr/bin/python3 bench/compare/report.py compare --results "$out" --doc "${BENCH_DOC:-docs/performance.md}" \
+  --plots "${BENCH_PLOTS:-docs/plots}" --command "make bench-compare"
