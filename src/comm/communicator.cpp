@@ -130,9 +130,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     shutdown();
   }
 
-  std::string report() const {
+  std::string report(std::size_t limit = comm::History::kSize) const {
     return "kizuna: rank " + std::to_string(rank) + " of " + name + " (" + std::to_string(world) +
-           " ranks), recent calls, oldest first:" + history.report(live, "");
+           " ranks), recent calls, oldest first:" + history.report(live, "", limit);
   }
 
   void start() {
@@ -243,8 +243,11 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         }
       }
       execute(t);
-    } catch (const Error& e) {
-      error = std::current_exception();
+    } catch (const Error& raw) {
+      const Error e = raw.code() == ErrorCode::Timeout && t.kind == Task::Kind::Collective
+                          ? explain_timeout(raw, t.seq)
+                          : raw;
+      error = std::make_exception_ptr(e);
       fail(e);
       history.ended(t.history_id, false);
     } catch (const std::exception& e) {
@@ -254,6 +257,48 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
     if (!error) history.ended(t.history_id, true);
     t.work->finish(error);
+  }
+
+  // A timeout names the rank this one waited for, but that rank may be
+  // waiting itself. Every rank that times out records in the store whom it
+  // waits for; following those records from our awaited rank leads to the
+  // rank that did not report: the one that is stuck (stopped, hung in user
+  // code). Each hop waits at most a short grace for its record, since the
+  // other ranks time out at about the same moment.
+  Error explain_timeout(const Error& e, std::uint64_t seq) {
+    const int awaited = live.awaiting.load();
+    if (awaited < 0 || awaited >= world) return e;
+    try {
+      const auto grace = std::max(std::chrono::milliseconds(100), std::min(std::chrono::milliseconds(1000), timeout / 10));
+      const std::string base = name + "/stuck/" + std::to_string(seq) + "/";
+      options.store->set(base + std::to_string(rank),
+                         std::to_string(awaited) + " " + std::to_string(executor->last_seq_from(awaited)));
+      std::ostringstream chain;
+      std::vector<bool> seen(world, false);
+      seen[rank] = true;
+      int current = awaited;
+      for (int hop = 0; hop < world && !seen[current]; ++hop) {
+        seen[current] = true;
+        Bytes entry;
+        try {
+          entry = options.store->get(base + std::to_string(current), grace);
+        } catch (const Error& missing) {
+          if (missing.code() != ErrorCode::Timeout) throw;
+          chain << "; rank " << current << " has not reported: it is the one stuck";
+          break;
+        }
+        int next = -1;
+        std::uint64_t last = 0;
+        std::istringstream(std::string(entry.begin(), entry.end())) >> next >> last;
+        if (next < 0 || next >= world) break;
+        chain << "; rank " << current << " waits for rank " << next << " (its last message from it was in #"
+              << last << ")";
+        current = next;
+      }
+      return Error(e.code(), std::string(e.what()) + chain.str());
+    } catch (const std::exception&) {
+      return e;  // the store itself is gone: report what we know locally
+    }
   }
 
   // Marks the communicator unusable and tells every peer why, so that ranks
@@ -267,7 +312,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     KIZUNA_LOG(Error) << e.what();
     // The stuck-rank report: where this rank is, for the job's post-mortem
     // (kizuna-run gathers these lines).
-    if (e.code() == ErrorCode::Timeout) KIZUNA_LOG(Error) << report();
+    if (e.code() == ErrorCode::Timeout) KIZUNA_LOG(Error) << report(4);
     const int lost = executor ? executor->failed_peer() : -1;
     // Pass a peer's notice on unchanged (its origin saw the root cause);
     // otherwise this rank is the origin.

@@ -63,6 +63,8 @@ class Executor {
            ReduceOp op, std::uint64_t seq, Clock::time_point deadline, const RunLabel& label);
 
   int failed_peer() const { return failed_peer_; }
+  // The collective of the last message received from `peer` (0: none yet).
+  std::uint64_t last_seq_from(int peer) const { return last_seq_from_.at(peer); }
   // When the failure is a peer's abort notice: the notice (its origin and
   // root cause), to be passed on unchanged.
   const transport::AbortNotice* cause() const { return cause_ ? &*cause_ : nullptr; }

@@ -1,5 +1,6 @@
 #include "comm/history.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -56,12 +57,13 @@ std::uint64_t History::last_completed_seq() const {
   return last_completed_seq_;
 }
 
-std::string History::report(const LiveProgress& live, const std::string& header) const {
+std::string History::report(const LiveProgress& live, const std::string& header, std::size_t limit) const {
   std::lock_guard lock(mutex_);
   std::ostringstream out;
   out << header;
   const auto now = Clock::now();
-  const std::uint64_t first = next_id_ > kSize ? next_id_ - kSize : 1;
+  const std::size_t keep = std::min(limit, kSize);
+  const std::uint64_t first = next_id_ > keep ? next_id_ - keep : 1;
   char buf[64];
   for (std::uint64_t id = first; id < next_id_; ++id) {
     if (ids_[id % kSize] != id) continue;

@@ -35,6 +35,7 @@ struct LiveProgress {
 
 class History {
  public:
+  static constexpr std::size_t kSize = 32;
   using Clock = std::chrono::steady_clock;
   enum class State : std::uint8_t { Queued, Running, Done, Failed };
 
@@ -58,11 +59,11 @@ class History {
   // The last completed collective sequence number (0: none).
   std::uint64_t last_completed_seq() const;
 
-  // One line per recorded call, oldest first; the running one with `live`.
-  std::string report(const LiveProgress& live, const std::string& header) const;
+  // One line per recorded call (the last `limit`), oldest first; the
+  // running one with `live`.
+  std::string report(const LiveProgress& live, const std::string& header, std::size_t limit = kSize) const;
 
  private:
-  static constexpr std::size_t kSize = 32;
   Record* find(std::uint64_t id);
   mutable std::mutex mutex_;
   std::array<Record, kSize> ring_{};

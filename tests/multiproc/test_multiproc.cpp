@@ -164,6 +164,8 @@ TEST_CASE("a stopped rank: the others raise Timeout naming it, with the stuck-ra
     CAPTURE(r);
     CHECK_FALSE(results[r].hung);
     CHECK(results[r].exit_code == code_exit(kizuna::ErrorCode::Timeout));
+    // following who waits for whom leads every survivor to the stopped rank
+    CHECK(results[r].output.find("rank 2 has not reported: it is the one stuck") != std::string::npos);
   }
   // rank 3 waits for rank 2 directly, names it and prints where it is stuck
   CHECK(results[3].output.find("waiting for rank 2") != std::string::npos);
