@@ -11,6 +11,8 @@ packages=(
   catch2 libbenchmark-dev
   # side-by-side comparison (make bench-compare)
   libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox
+  # kizuna-train: OpenBLAS GEMMs, zlib for the gzip IDX files, Fashion-MNIST, --plot
+  libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
 )
 
 missing=()

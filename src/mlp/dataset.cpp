@@ -1,0 +1,199 @@
+// mlp/dataset.cpp: see dataset.hpp.
+#include "mlp/dataset.hpp"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.hpp"
+
+namespace kizuna::mlp {
+
+Dataset Dataset::head(std::size_t n) const {
+  if (n >= size) return *this;
+  Dataset d;
+  d.name = name;
+  d.task = task;
+  d.size = n;
+  d.features = features;
+  d.outputs = outputs;
+  d.inputs.assign(inputs.begin(), inputs.begin() + static_cast<std::ptrdiff_t>(n * features));
+  if (!labels.empty()) d.labels.assign(labels.begin(), labels.begin() + static_cast<std::ptrdiff_t>(n));
+  if (!targets.empty())
+    d.targets.assign(targets.begin(), targets.begin() + static_cast<std::ptrdiff_t>(n * outputs));
+  return d;
+}
+
+namespace {
+
+constexpr const char* kPackageHint =
+    "install Debian's dataset-fashion-mnist package (apt-get install dataset-fashion-mnist), "
+    "or point --data-dir at a folder holding the four Fashion-MNIST .gz files";
+
+// The whole (decompressed) content of a gzip or plain file.
+std::vector<std::uint8_t> read_gzip(const std::string& path, std::size_t max_bytes) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT)
+      KIZUNA_THROW(ErrorCode::SystemError, path, " does not exist: ", kPackageHint);
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot read ", path, ": ", std::strerror(err));
+  }
+  gzFile file = ::gzopen(path.c_str(), "rb");
+  if (!file) KIZUNA_THROW(ErrorCode::SystemError, "cannot open ", path, ": ", std::strerror(errno));
+  std::vector<std::uint8_t> bytes;
+  constexpr unsigned kChunk = 1u << 20;
+  for (;;) {
+    const std::size_t at = bytes.size();
+    if (at > max_bytes) {
+      ::gzclose(file);
+      KIZUNA_THROW(ErrorCode::InvalidArgument, path, " decompresses to more than ", max_bytes,
+                   " bytes; not an IDX file of this data set");
+    }
+    bytes.resize(at + kChunk);
+    const int got = ::gzread(file, bytes.data() + at, kChunk);
+    if (got < 0) {
+      int code = 0;
+      const std::string message = ::gzerror(file, &code);
+      ::gzclose(file);
+      KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is corrupt (zlib: ", message, ")");
+    }
+    bytes.resize(at + static_cast<std::size_t>(got));
+    if (got == 0) break;
+  }
+  int code = 0;
+  const std::string message = ::gzerror(file, &code);
+  ::gzclose(file);
+  // Z_BUF_ERROR at the end: the input stopped in the middle of a gzip stream.
+  if (code == Z_BUF_ERROR)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is truncated (the gzip stream ends early after ",
+                 bytes.size(), " bytes)");
+  if (code != Z_OK) KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is corrupt (zlib: ", message, ")");
+  return bytes;
+}
+
+std::uint32_t be32(const std::uint8_t* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> read_idx(const std::string& path, std::vector<std::uint32_t>& dims,
+                                   std::size_t max_bytes) {
+  std::vector<std::uint8_t> bytes = read_gzip(path, max_bytes);
+  if (bytes.size() < 4)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is truncated: ", bytes.size(),
+                 " bytes, less than an IDX header");
+  if (bytes[0] != 0 || bytes[1] != 0)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is not an IDX file (bad magic ", int{bytes[0]}, " ",
+                 int{bytes[1]}, ", expected 0 0)");
+  if (bytes[2] != 0x08)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " holds IDX element type 0x", std::hex, int{bytes[2]},
+                 std::dec, "; this data set uses unsigned bytes (0x08)");
+  const unsigned ndims = bytes[3];
+  if (ndims < 1 || ndims > 4)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " claims ", ndims, " dimensions (expected 1 to 4)");
+  const std::size_t header = 4 + 4 * std::size_t{ndims};
+  if (bytes.size() < header)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is truncated inside its header");
+  dims.clear();
+  std::uint64_t elements = 1;
+  for (unsigned d = 0; d < ndims; ++d) {
+    dims.push_back(be32(bytes.data() + 4 + 4 * d));
+    elements *= dims.back();
+    if (elements > max_bytes)
+      KIZUNA_THROW(ErrorCode::InvalidArgument, path, " claims more than ", max_bytes, " elements");
+  }
+  if (bytes.size() - header != elements)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, path, (bytes.size() - header < elements ? " is truncated" : " is corrupt"),
+                 ": its header promises ", elements, " bytes of data, the file holds ", bytes.size() - header);
+  bytes.erase(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(header));
+  return bytes;
+}
+
+namespace {
+
+// Images and labels of one split, checked against each other.
+Dataset load_split(const std::string& images_path, const std::string& labels_path, const std::string& name) {
+  std::vector<std::uint32_t> idims, ldims;
+  const std::vector<std::uint8_t> pixels = read_idx(images_path, idims);
+  const std::vector<std::uint8_t> labels = read_idx(labels_path, ldims);
+  if (idims.size() != 3 || idims[1] != 28 || idims[2] != 28)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, images_path,
+                 " does not hold 28x28 images (expected 3 dimensions N x 28 x 28)");
+  if (ldims.size() != 1)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, labels_path, " does not hold labels (expected 1 dimension)");
+  if (idims[0] != ldims[0])
+    KIZUNA_THROW(ErrorCode::InvalidArgument, images_path, " holds ", idims[0], " images but ", labels_path,
+                 " holds ", ldims[0], " labels");
+  Dataset d;
+  d.name = name;
+  d.task = Loss::CrossEntropy;
+  d.size = idims[0];
+  d.features = 28 * 28;
+  d.outputs = 10;
+  d.labels.resize(d.size);
+  for (std::size_t i = 0; i < d.size; ++i) {
+    if (labels[i] > 9)
+      KIZUNA_THROW(ErrorCode::InvalidArgument, labels_path, ": label ", int{labels[i]}, " of sample ", i,
+                   " is not a class (0 to 9)");
+    d.labels[i] = labels[i];
+  }
+  d.inputs.resize(pixels.size());
+  for (std::size_t i = 0; i < pixels.size(); ++i) d.inputs[i] = static_cast<float>(pixels[i]) / 255.0f;
+  return d;
+}
+
+}  // namespace
+
+DataSplits load_fashion_mnist(const std::string& dir) {
+  DataSplits s;
+  s.train = load_split(dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz",
+                       "fashion-mnist/train");
+  s.test = load_split(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz",
+                      "fashion-mnist/test");
+  // Standardise with the training set's statistics (sums in double, in
+  // order: the same bits on every rank).
+  double sum = 0, sum_sq = 0;
+  for (float x : s.train.inputs) {
+    sum += x;
+    sum_sq += static_cast<double>(x) * x;
+  }
+  const double n = static_cast<double>(s.train.inputs.size());
+  const double mean = sum / n;
+  const double stddev = std::sqrt(std::max(sum_sq / n - mean * mean, 1e-12));
+  const auto m = static_cast<float>(mean);
+  const auto inv = static_cast<float>(1.0 / stddev);
+  for (float& x : s.train.inputs) x = (x - m) * inv;
+  for (float& x : s.test.inputs) x = (x - m) * inv;
+  return s;
+}
+
+DataSplits make_random_regression(const RandomDataOptions& o) {
+  KIZUNA_CHECK_ARG(o.features > 0 && o.outputs > 0, "the random data set needs features and outputs > 0");
+  KIZUNA_CHECK_ARG(o.train_samples > 0, "the random data set needs at least one training sample");
+  Rng rng(o.seed ^ 0x72616e646f6d21ull);  // its own stream, apart from the weights'
+  auto make = [&](std::size_t n, const char* name) {
+    Dataset d;
+    d.name = name;
+    d.task = Loss::MeanSquaredError;
+    d.size = n;
+    d.features = o.features;
+    d.outputs = o.outputs;
+    d.inputs.resize(n * o.features);
+    d.targets.resize(n * o.outputs);
+    for (float& x : d.inputs) x = static_cast<float>(rng.normal());
+    for (float& y : d.targets) y = static_cast<float>(rng.normal());
+    return d;
+  };
+  DataSplits s;
+  s.train = make(o.train_samples, "random/train");
+  s.test = make(o.test_samples, "random/test");
+  return s;
+}
+
+}  // namespace kizuna::mlp
