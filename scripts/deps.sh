@@ -9,8 +9,14 @@ packages=(
   g++ make cmake pkg-config
   # tests and benchmarks
   catch2 libbenchmark-dev
+  # the store: standalone Asio (header-only) and OpenSSL's libcrypto (HMAC)
+  libasio-dev libssl-dev
+  # fuzzing the store's wire decoder (libFuzzer, tests/fuzz)
+  clang libclang-rt-dev
   # side-by-side comparison (make bench-compare)
   libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox
+  # launcher tests: mpirun, and ip for the network-namespace "nodes"
+  openmpi-bin iproute2
   # kizuna-train: OpenBLAS GEMMs, zlib for the gzip IDX files, Fashion-MNIST, --plot
   libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
 )

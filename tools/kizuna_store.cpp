@@ -1,13 +1,10 @@
 // kizuna-store: run a standalone store server, or talk to one.
 //
-//   kizuna-store serve [--host H] [--port P] [--world-size N] [--token-env] [--max-value-bytes SIZE]
-//   kizuna-store get    --addr H:P [--timeout DUR] KEY
-//   kizuna-store set    --addr H:P KEY VALUE
-//   kizuna-store add    --addr H:P KEY DELTA
-//   kizuna-store wait   --addr H:P [--timeout DUR] KEY...
-//   kizuna-store check  --addr H:P KEY...
-//   kizuna-store delete --addr H:P KEY
-//   kizuna-store keys   --addr H:P [PREFIX]
+//   kizuna-store serve [--host H] [--port P] [--world-size N] [--token-env] [--max-value-bytes
+//   SIZE] kizuna-store get    --addr H:P [--timeout DUR] KEY kizuna-store set    --addr H:P KEY
+//   VALUE kizuna-store add    --addr H:P KEY DELTA kizuna-store wait   --addr H:P [--timeout DUR]
+//   KEY... kizuna-store check  --addr H:P KEY... kizuna-store delete --addr H:P KEY kizuna-store
+//   keys   --addr H:P [PREFIX]
 //
 // serve is for multi-node jobs whose store lives on a host of its own; the
 // client commands are for looking into a stuck rendezvous ("which ranks
@@ -44,7 +41,7 @@ using namespace kizuna;
 
 struct Command {
   const char* name;
-  const char* usage;    // after "kizuna-store NAME "
+  const char* usage;  // after "kizuna-store NAME "
   const char* summary;
   std::vector<std::string> value_flags;  // flags that take a value
   std::vector<std::string> bool_flags;
@@ -54,27 +51,68 @@ struct Command {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
-      {"serve", "[--host H] [--port P] [--world-size N] [--token-env] [--max-value-bytes SIZE]",
+      {"serve",
+       "[--host H] [--port P] [--world-size N] [--token-env] [--max-value-bytes SIZE]",
        "run a store server until interrupted; prints the address it listens on.\n"
        "  --host H             address to listen on (default: every interface)\n"
        "  --port P             port (default 0: the OS picks a free one)\n"
        "  --world-size N       expect N clients to join; say when they have\n"
-       "  --token-env          require KIZUNA_STORE_TOKEN (refuse to serve without authentication)\n"
+       "  --token-env          require KIZUNA_STORE_TOKEN (refuse to serve without "
+       "authentication)\n"
        "  --max-value-bytes S  largest value accepted (default 64MiB)",
-       {"--host", "--port", "--world-size", "--max-value-bytes"}, {"--token-env"}, 0, 0},
-      {"get", "--addr HOST:PORT [--timeout DUR] KEY",
+       {"--host", "--port", "--world-size", "--max-value-bytes"},
+       {"--token-env"},
+       0,
+       0},
+      {"get",
+       "--addr HOST:PORT [--timeout DUR] KEY",
        "print the value of KEY, waiting for it up to the timeout (default KIZUNA_STORE_TIMEOUT)",
-       {"--addr", "--timeout"}, {"--token-env"}, 1, 1},
-      {"set", "--addr HOST:PORT KEY VALUE", "set KEY to VALUE", {"--addr", "--timeout"}, {"--token-env"}, 2, 2},
-      {"add", "--addr HOST:PORT KEY DELTA", "add DELTA to the counter at KEY; print the new value",
-       {"--addr", "--timeout"}, {"--token-env"}, 2, 2},
-      {"wait", "--addr HOST:PORT [--timeout DUR] KEY...", "wait until every KEY exists",
-       {"--addr", "--timeout"}, {"--token-env"}, 1, -1},
-      {"check", "--addr HOST:PORT KEY...",
-       "print which KEYs exist; exit 0 when all do, 1 otherwise", {"--addr", "--timeout"}, {"--token-env"}, 1, -1},
-      {"delete", "--addr HOST:PORT KEY", "delete KEY", {"--addr", "--timeout"}, {"--token-env"}, 1, 1},
-      {"keys", "--addr HOST:PORT [PREFIX]", "list the keys (that start with PREFIX), sorted",
-       {"--addr", "--timeout"}, {"--token-env"}, 0, 1},
+       {"--addr", "--timeout"},
+       {"--token-env"},
+       1,
+       1},
+      {"set",
+       "--addr HOST:PORT KEY VALUE",
+       "set KEY to VALUE",
+       {"--addr", "--timeout"},
+       {"--token-env"},
+       2,
+       2},
+      {"add",
+       "--addr HOST:PORT KEY DELTA",
+       "add DELTA to the counter at KEY; print the new value",
+       {"--addr", "--timeout"},
+       {"--token-env"},
+       2,
+       2},
+      {"wait",
+       "--addr HOST:PORT [--timeout DUR] KEY...",
+       "wait until every KEY exists",
+       {"--addr", "--timeout"},
+       {"--token-env"},
+       1,
+       -1},
+      {"check",
+       "--addr HOST:PORT KEY...",
+       "print which KEYs exist; exit 0 when all do, 1 otherwise",
+       {"--addr", "--timeout"},
+       {"--token-env"},
+       1,
+       -1},
+      {"delete",
+       "--addr HOST:PORT KEY",
+       "delete KEY",
+       {"--addr", "--timeout"},
+       {"--token-env"},
+       1,
+       1},
+      {"keys",
+       "--addr HOST:PORT [PREFIX]",
+       "list the keys (that start with PREFIX), sorted",
+       {"--addr", "--timeout"},
+       {"--token-env"},
+       0,
+       1},
   };
   return list;
 }
@@ -88,8 +126,8 @@ void print_overview(std::FILE* out) {
 }
 
 [[noreturn]] void usage_error(const Command& c, const std::string& problem) {
-  std::fprintf(stderr, "kizuna-store %s: %s\nusage: kizuna-store %s %s\n", c.name, problem.c_str(), c.name,
-               c.usage);
+  std::fprintf(stderr, "kizuna-store %s: %s\nusage: kizuna-store %s %s\n", c.name, problem.c_str(),
+               c.name, c.usage);
   std::exit(2);
 }
 
@@ -167,14 +205,17 @@ int serve(const Command& c, const Parsed& p) {
   TcpStoreOptions o;
   o.host = p.values.count("--host") ? p.values.at("--host") : "";
   if (p.values.count("--port"))
-    o.port = checked(c, [&] { return static_cast<int>(core::parse_int("--port", p.values.at("--port"), 0, 65535)); });
+    o.port = checked(c, [&] {
+      return static_cast<int>(core::parse_int("--port", p.values.at("--port"), 0, 65535));
+    });
   if (p.values.count("--world-size"))
     o.world_size = checked(c, [&] {
-      return static_cast<int>(core::parse_int("--world-size", p.values.at("--world-size"), 1, 1 << 24));
+      return static_cast<int>(
+          core::parse_int("--world-size", p.values.at("--world-size"), 1, 1 << 24));
     });
   if (p.values.count("--max-value-bytes"))
-    o.max_value_bytes =
-        checked(c, [&] { return core::parse_size("--max-value-bytes", p.values.at("--max-value-bytes")); });
+    o.max_value_bytes = checked(
+        c, [&] { return core::parse_size("--max-value-bytes", p.values.at("--max-value-bytes")); });
   o.token = required_token(c, p);
 
   // Block the signals before the server's thread starts, so that it inherits
@@ -219,7 +260,8 @@ std::unique_ptr<TcpStore> connect(const Command& c, const Parsed& p) {
   });
   if (o.port == 0) usage_error(c, "--addr needs the server's port, not 0");
   if (p.values.count("--timeout"))
-    o.timeout = checked(c, [&] { return core::parse_duration("--timeout", p.values.at("--timeout")); });
+    o.timeout =
+        checked(c, [&] { return core::parse_duration("--timeout", p.values.at("--timeout")); });
   o.token = required_token(c, p);
   return std::make_unique<TcpStore>(o);
 }
@@ -234,7 +276,8 @@ int run(const Command& c, const Parsed& p) {
   if (name == "serve") return serve(c, p);
   const auto& a = p.args;
   std::int64_t delta = 0;
-  if (name == "add") delta = checked(c, [&] { return core::parse_int("DELTA", a[1], INT64_MIN, INT64_MAX); });
+  if (name == "add")
+    delta = checked(c, [&] { return core::parse_int("DELTA", a[1], INT64_MIN, INT64_MAX); });
   auto store = connect(c, p);
   if (name == "get") {
     print_bytes(store->get(a[0]));
@@ -258,7 +301,8 @@ int run(const Command& c, const Parsed& p) {
       return 1;
     }
   } else if (name == "keys") {
-    for (const auto& key : store->list_keys(a.empty() ? "" : a[0])) std::printf("%s\n", key.c_str());
+    for (const auto& key : store->list_keys(a.empty() ? "" : a[0]))
+      std::printf("%s\n", key.c_str());
   }
   return 0;
 }

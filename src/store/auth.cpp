@@ -52,7 +52,8 @@ wire::Mac proof(std::string_view label, std::string_view token, const wire::Nonc
 wire::Nonce random_nonce() {
   wire::Nonce nonce{};
   if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1)
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot draw a random nonce (RAND_bytes): ", openssl_error());
+    KIZUNA_THROW(ErrorCode::SystemError,
+                 "cannot draw a random nonce (RAND_bytes): ", openssl_error());
   return nonce;
 }
 

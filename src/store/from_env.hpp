@@ -23,8 +23,8 @@
 
 namespace kizuna::store {
 
-std::shared_ptr<Store> from_launch_env(const core::LaunchEnv& launch, std::chrono::milliseconds timeout,
-                                       const std::string& token);
+std::shared_ptr<Store> from_launch_env(const core::LaunchEnv& launch,
+                                       std::chrono::milliseconds timeout, const std::string& token);
 
 // "tcp://host:port" or "host:port" -> host and port; InvalidArgument naming
 // the URL otherwise.

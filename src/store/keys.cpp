@@ -40,10 +40,12 @@ std::optional<std::int64_t> add_to_counter(const std::string& key, const Bytes* 
   if (current != nullptr) {
     const auto parsed = parse_counter(*current);
     if (!parsed) {
-      error = core::concat("add: the value of key '", wire::printable(key), "' is not an integer ('",
-                           wire::printable(std::string_view(
-                               reinterpret_cast<const char*>(current->data()), current->size()), 40),
-                           "')");
+      error = core::concat(
+          "add: the value of key '", wire::printable(key), "' is not an integer ('",
+          wire::printable(
+              std::string_view(reinterpret_cast<const char*>(current->data()), current->size()),
+              40),
+          "')");
       return std::nullopt;
     }
     base = *parsed;
@@ -71,8 +73,8 @@ std::string describe_keys(const std::vector<std::string>& keys) {
 
 std::string timeout_message(std::chrono::milliseconds timeout, const std::vector<std::string>& keys,
                             const std::vector<std::string>& missing, std::string_view where) {
-  std::string out = core::concat("timed out after ", timeout.count(), " ms waiting for ",
-                                 describe_keys(keys));
+  std::string out =
+      core::concat("timed out after ", timeout.count(), " ms waiting for ", describe_keys(keys));
   if (keys.size() > 1 && !missing.empty()) {
     std::string list = describe_keys(missing);
     list = list.substr(list.find(' ') + 1);  // drop "key(s) "

@@ -32,7 +32,8 @@ std::int64_t PrefixStore::add(const std::string& key, std::int64_t delta) {
   return base_->add(full(key), delta);
 }
 
-Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected,
+                               const Bytes& desired) {
   return base_->compare_set(full(key), expected, desired);
 }
 
@@ -51,7 +52,8 @@ std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys,
   return base_->multi_get(full(keys), timeout);
 }
 
-void PrefixStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+void PrefixStore::multi_set(const std::vector<std::string>& keys,
+                            const std::vector<Bytes>& values) {
   base_->multi_set(full(keys), values);
 }
 

@@ -56,7 +56,8 @@ bool ServerState::execute(const Request& r, Reply& reply) {
     case Op::Add: {
       const auto it = data_.find(r.keys[0]);
       std::string error;
-      const auto sum = add_to_counter(r.keys[0], it == data_.end() ? nullptr : &it->second, r.number, error);
+      const auto sum =
+          add_to_counter(r.keys[0], it == data_.end() ? nullptr : &it->second, r.number, error);
       if (!sum) {
         fail(reply, Status::InvalidArgument, error);
         return true;
@@ -88,17 +89,11 @@ bool ServerState::execute(const Request& r, Reply& reply) {
       return true;
     }
 
-    case Op::Check:
-      reply.number = all_present(r.keys) ? 1 : 0;
-      return true;
+    case Op::Check: reply.number = all_present(r.keys) ? 1 : 0; return true;
 
-    case Op::Delete:
-      reply.number = data_.erase(r.keys[0]) > 0 ? 1 : 0;
-      return true;
+    case Op::Delete: reply.number = data_.erase(r.keys[0]) > 0 ? 1 : 0; return true;
 
-    case Op::NumKeys:
-      reply.number = num_keys();
-      return true;
+    case Op::NumKeys: reply.number = num_keys(); return true;
 
     case Op::MultiSet:
       for (std::size_t i = 0; i < r.keys.size(); ++i) data_[r.keys[i]] = r.values[i];
@@ -106,15 +101,16 @@ bool ServerState::execute(const Request& r, Reply& reply) {
       return true;
 
     case Op::Append: {
-      Bytes& value = data_[r.keys[0]];
-      if (value.size() + r.values[0].size() > limits_.max_value_bytes) {
-        if (value.empty()) data_.erase(r.keys[0]);
-        fail(reply, Status::TooLarge,
-             core::concat("append would make key '", wire::printable(r.keys[0]), "' ",
-                          value.size() + r.values[0].size(), " bytes, over this store's limit of ",
-                          limits_.max_value_bytes, " bytes"));
+      const auto it = data_.find(r.keys[0]);
+      const std::uint64_t size = (it == data_.end() ? 0 : it->second.size()) + r.values[0].size();
+      if (size > limits_.max_value_bytes) {
+        fail(
+            reply, Status::TooLarge,
+            core::concat("append would make key '", wire::printable(r.keys[0]), "' ", size,
+                         " bytes, over this store's limit of ", limits_.max_value_bytes, " bytes"));
         return true;
       }
+      Bytes& value = it == data_.end() ? data_[r.keys[0]] : it->second;
       value.insert(value.end(), r.values[0].begin(), r.values[0].end());
       changed(r.keys[0]);
       return true;
@@ -124,7 +120,8 @@ bool ServerState::execute(const Request& r, Reply& reply) {
       const int world = static_cast<int>(r.number);
       if (world_size_ && *world_size_ != world) {
         fail(reply, Status::Mismatch,
-             core::concat("this store expects world size ", *world_size_, ", the client says ", world));
+             core::concat("this store expects world size ", *world_size_, ", the client says ",
+                          world));
         return true;
       }
       if (!world_size_) world_size_ = world;
@@ -149,7 +146,8 @@ bool ServerState::execute(const Request& r, Reply& reply) {
       std::sort(keys.begin(), keys.end());
       constexpr std::size_t kMaxListBytes = 4u << 20;
       std::size_t bytes = 0, n = 0;
-      while (n < keys.size() && n < wire::kMaxBatchKeys && bytes + keys[n].size() + 4 <= kMaxListBytes)
+      while (n < keys.size() && n < wire::kMaxBatchKeys &&
+             bytes + keys[n].size() + 4 <= kMaxListBytes)
         bytes += keys[n++].size() + 4;
       reply.number = n < keys.size() ? 1 : 0;
       keys.resize(n);
@@ -157,13 +155,11 @@ bool ServerState::execute(const Request& r, Reply& reply) {
       return true;
     }
 
-    case Op::Ping:
-      return true;
+    case Op::Ping: return true;
 
     case Op::Hello:
     case Op::Auth:
-    case Op::AuthOk:
-      break;
+    case Op::AuthOk: break;
   }
   fail(reply, Status::InvalidArgument,
        core::concat("opcode ", static_cast<int>(r.op), " is not a request"));
@@ -175,9 +171,7 @@ void ServerState::answer(const Request& r, Reply& reply) const {
   reply.op = r.op;
   reply.id = r.id;
   switch (r.op) {
-    case Op::Get:
-      reply.values.push_back(data_.at(r.keys[0]));
-      break;
+    case Op::Get: reply.values.push_back(data_.at(r.keys[0])); break;
     case Op::MultiGet: {
       std::uint64_t bytes = 0;
       for (const auto& k : r.keys) bytes += data_.at(k).size() + 4;
@@ -192,11 +186,8 @@ void ServerState::answer(const Request& r, Reply& reply) const {
       for (const auto& k : r.keys) reply.values.push_back(data_.at(k));
       break;
     }
-    case Op::Join:
-      reply.number = joined_;
-      break;
-    default:
-      break;
+    case Op::Join: reply.number = joined_; break;
+    default: break;
   }
 }
 

@@ -38,8 +38,8 @@ class Waiter {
  private:
   friend class ServerState;
   const wire::Request* request_ = nullptr;
-  std::size_t cursor_ = 0;      // keys before it were there at the last look
-  std::string filed_under_;     // the missing key it waits on ("" for a join)
+  std::size_t cursor_ = 0;   // keys before it were there at the last look
+  std::string filed_under_;  // the missing key it waits on ("" for a join)
   bool held_ = false;
 };
 

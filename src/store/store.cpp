@@ -19,10 +19,12 @@ void parse_store_url(const std::string& url, std::string& host, int& port) {
                  "' has an unsupported scheme; expected tcp://host:port or host:port");
   }
   core::split_host_port("store URL", address, host, port);
-  KIZUNA_CHECK_ARG(port > 0, "store URL '", url, "' has port 0; a client needs the server's real port");
+  KIZUNA_CHECK_ARG(port > 0, "store URL '", url,
+                   "' has port 0; a client needs the server's real port");
 }
 
-std::shared_ptr<Store> from_launch_env(const core::LaunchEnv& launch, std::chrono::milliseconds timeout,
+std::shared_ptr<Store> from_launch_env(const core::LaunchEnv& launch,
+                                       std::chrono::milliseconds timeout,
                                        const std::string& token) {
   launch.require_rank();
   launch.require_store();
@@ -54,7 +56,8 @@ std::shared_ptr<Store> Store::from_url(const std::string& url) {
 
 std::shared_ptr<Store> Store::from_env() {
   const core::Env& env = core::Env::get();
-  auto store = store::from_launch_env(core::LaunchEnv::from_process(), env.store_timeout, env.store_token);
+  auto store =
+      store::from_launch_env(core::LaunchEnv::from_process(), env.store_timeout, env.store_token);
   // KIZUNA_STORE_PREFIX (kizuna-run sets one per restart round): every key
   // of this process lives under it, so a new round never sees stale keys.
   if (env.store_prefix.empty()) return store;

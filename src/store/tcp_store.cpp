@@ -47,7 +47,8 @@ constexpr milliseconds kMaxBackoff{1000};
 
 std::uint32_t timeout_field(milliseconds timeout) {
   const auto ms = std::max<std::int64_t>(timeout.count(), 0);
-  return static_cast<std::uint32_t>(std::min<std::int64_t>(ms, std::numeric_limits<std::uint32_t>::max()));
+  return static_cast<std::uint32_t>(
+      std::min<std::int64_t>(ms, std::numeric_limits<std::uint32_t>::max()));
 }
 
 bool is_any_address(const std::string& host) {
@@ -86,16 +87,22 @@ struct TcpStore::Impl {
   bool run_until(Clock::time_point deadline);
 
   // Sends `request` and returns the server's reply with status Ok; any other
-  // status becomes a kizuna::Error. `reply_timeout` bounds the wait.
-  // `keys` and `wait_timeout` word a Timeout status.
-  wire::Reply call(wire::Request& request, milliseconds reply_timeout, const std::string& what);
-  [[noreturn]] void throw_status(const wire::Reply& reply, const wire::Request& request,
-                                 const std::string& what);
+  // status becomes a kizuna::Error naming the request. `reply_timeout`
+  // bounds the wait for the reply.
+  wire::Reply call(wire::Request& request, milliseconds reply_timeout);
+  [[noreturn]] void throw_status(const wire::Reply& reply, const wire::Request& request);
   // Marks the connection unusable and throws.
   [[noreturn]] void fail(ErrorCode code, const std::string& message);
 
-  std::string what(Op op, const std::vector<std::string>& keys) const {
-    return core::concat(wire::name(op), " of ", store::describe_keys(keys));
+  // "get of key 'x'", for messages (built only when one is needed).
+  static std::string describe(const wire::Request& r) {
+    switch (r.op) {
+      case Op::NumKeys:
+      case Op::Ping: return std::string(wire::name(r.op));
+      case Op::ListKeys: return "list_keys of '" + wire::printable(r.prefix) + "'";
+      case Op::Join: return core::concat("join of ", r.number, " clients");
+      default: return core::concat(wire::name(r.op), " of ", store::describe_keys(r.keys));
+    }
   }
 
   // Declared first, destroyed last: a hosted server outlives its own client.
@@ -107,7 +114,7 @@ struct TcpStore::Impl {
   wire::Limits limits;
   std::string host;  // as given
   int port = 0;
-  std::string address;  // "host:port" for messages
+  std::string address;       // "host:port" for messages
   std::string connect_host;  // where the socket connects (loopback for a hosted "any" server)
 
   std::mutex mutex;
@@ -141,7 +148,8 @@ TcpStore::Impl::Impl(TcpStoreOptions opts)
                    "' means every interface, which only a server can listen on");
   KIZUNA_CHECK_ARG(!options.world_size || *options.world_size >= 1, "store world_size ",
                    options.world_size.value_or(0), " must be at least 1");
-  KIZUNA_CHECK_ARG(timeout.count() > 0, "store timeout must be positive, not ", timeout.count(), " ms");
+  KIZUNA_CHECK_ARG(timeout.count() > 0, "store timeout must be positive, not ", timeout.count(),
+                   " ms");
   port = options.port;
   connect_host = host;
   if (options.is_server) {
@@ -166,8 +174,8 @@ TcpStore::Impl::~Impl() {
 void TcpStore::Impl::connect() {
   const auto start = Clock::now();
   const auto deadline = start + timeout;
-  std::minstd_rand jitter(static_cast<unsigned>(std::hash<std::thread::id>()(std::this_thread::get_id()) ^
-                                                start.time_since_epoch().count()));
+  std::minstd_rand jitter(static_cast<unsigned>(
+      std::hash<std::thread::id>()(std::this_thread::get_id()) ^ start.time_since_epoch().count()));
   milliseconds backoff = kFirstBackoff;
   int attempts = 0;
   for (;;) {
@@ -175,7 +183,8 @@ void TcpStore::Impl::connect() {
     asio::error_code ec;
     if (try_connect(deadline, ec)) {
       if (attempts > 1) {
-        KIZUNA_LOG(Info) << "connected to store at " << address << " after " << attempts << " attempts";
+        KIZUNA_LOG(Info) << "connected to store at " << address << " after " << attempts
+                         << " attempts";
       }
       return;
     }
@@ -200,11 +209,12 @@ bool TcpStore::Impl::try_connect(Clock::time_point deadline, asio::error_code& e
   reader = wire::FrameReader(wire::kMaxHandshakeBodyBytes);
 
   tcp::resolver resolver(io);
-  const auto endpoints = resolver.resolve(connect_host, std::to_string(port),
-                                          tcp::resolver::numeric_service, ec);
+  const auto endpoints =
+      resolver.resolve(connect_host, std::to_string(port), tcp::resolver::numeric_service, ec);
   if (ec) {
     if (retryable(ec)) return false;
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot resolve store host '", connect_host, "': ", ec.message());
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot resolve store host '", connect_host,
+                 "': ", ec.message());
   }
 
   bool connected = false;
@@ -218,7 +228,8 @@ bool TcpStore::Impl::try_connect(Clock::time_point deadline, asio::error_code& e
   }
   if (!connected) {
     if (retryable(ec)) return false;
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot connect to store at ", address, ": ", ec.message());
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot connect to store at ", address, ": ",
+                 ec.message());
   }
   socket.set_option(tcp::no_delay(true), ignored);
 
@@ -227,7 +238,10 @@ bool TcpStore::Impl::try_connect(Clock::time_point deadline, asio::error_code& e
   switch (exchange(false, deadline)) {
     case Outcome::Frame: break;
     case Outcome::Deadline: ec = asio::error::timed_out; return false;
-    case Outcome::IoError: ec = read_ec; if (retryable(ec)) return false; break;
+    case Outcome::IoError:
+      ec = read_ec;
+      if (retryable(ec)) return false;
+      break;
     case Outcome::Malformed: break;
   }
   if (!frame_done)
@@ -246,9 +260,10 @@ void TcpStore::Impl::handshake(Clock::time_point deadline) {
                  " (is it a kizuna store of the same version?)");
   if (!hello.auth_required) {
     if (!token.empty())
-      KIZUNA_THROW(ErrorCode::Mismatch, "store at ", address,
-                   " does not authenticate, but this client has a token (KIZUNA_STORE_TOKEN): "
-                   "refusing an unauthenticated store; give the server the same token, or unset it here");
+      KIZUNA_THROW(
+          ErrorCode::Mismatch, "store at ", address,
+          " does not authenticate, but this client has a token (KIZUNA_STORE_TOKEN): "
+          "refusing an unauthenticated store; give the server the same token, or unset it here");
     return;
   }
   wire::AuthRequest auth;
@@ -261,26 +276,31 @@ void TcpStore::Impl::handshake(Clock::time_point deadline) {
   wire::encode(auth, out);
   const Outcome outcome = exchange(true, deadline);
   if (!auth.has_token)  // the server was told, so that it logs the refusal; its answer is known
-    KIZUNA_THROW(ErrorCode::InvalidArgument, "store at ", address,
-                 " requires a token: set KIZUNA_STORE_TOKEN (or TcpStoreOptions::token) to the server's");
+    KIZUNA_THROW(
+        ErrorCode::InvalidArgument, "store at ", address,
+        " requires a token: set KIZUNA_STORE_TOKEN (or TcpStoreOptions::token) to the server's");
   if (outcome == Outcome::Deadline)
     KIZUNA_THROW(ErrorCode::Timeout, "timed out authenticating with store at ", address);
   if (outcome != Outcome::Frame)
-    KIZUNA_THROW(ErrorCode::PeerLost, "store at ", address, " closed the connection while authenticating: ",
+    KIZUNA_THROW(ErrorCode::PeerLost, "store at ", address,
+                 " closed the connection while authenticating: ",
                  malformed ? malformed_reason : read_ec.message());
   if (header.op == Op::Auth && header.status != Status::Ok) {
     wire::Reply refusal;
     if (!wire::decode(header, body, limits, refusal, error)) refusal.message = error;
-    KIZUNA_THROW(ErrorCode::Mismatch, "authentication failed at store ", address, ": ", refusal.message,
-                 " (the tokens differ)");
+    KIZUNA_THROW(ErrorCode::Mismatch, "authentication failed at store ", address, ": ",
+                 refusal.message, " (the tokens differ)");
   }
   wire::AuthOk ok;
   if (!wire::decode(header, body, ok, error))
-    KIZUNA_THROW(ErrorCode::SystemError, "store at ", address, " answered authentication with: ", error);
-  const wire::Mac expected = store::auth::server_proof(token, hello.server_nonce, auth.client_nonce);
+    KIZUNA_THROW(ErrorCode::SystemError, "store at ", address,
+                 " answered authentication with: ", error);
+  const wire::Mac expected =
+      store::auth::server_proof(token, hello.server_nonce, auth.client_nonce);
   if (!store::auth::equal(expected, ok.proof))
-    KIZUNA_THROW(ErrorCode::Mismatch, "authentication failed: store at ", address,
-                 " could not prove it knows the token (a different token, or not the store you meant)");
+    KIZUNA_THROW(
+        ErrorCode::Mismatch, "authentication failed: store at ", address,
+        " could not prove it knows the token (a different token, or not the store you meant)");
 }
 
 void TcpStore::Impl::join() {
@@ -290,7 +310,7 @@ void TcpStore::Impl::join() {
   request.number = *options.world_size;
   request.timeout_ms = timeout_field(timeout);
   std::lock_guard lock(mutex);
-  call(request, timeout + kReplyGrace, core::concat("join of ", *options.world_size, " clients"));
+  call(request, timeout + kReplyGrace);
 }
 
 // ---- one exchange ------------------------------------------------------------
@@ -363,72 +383,75 @@ void TcpStore::Impl::fail(ErrorCode code, const std::string& message) {
   throw Error(code, message);
 }
 
-wire::Reply TcpStore::Impl::call(wire::Request& request, milliseconds reply_timeout,
-                                 const std::string& what) {
+wire::Reply TcpStore::Impl::call(wire::Request& request, milliseconds reply_timeout) {
   if (!broken.empty())
-    KIZUNA_THROW(ErrorCode::PeerLost, "cannot ", what, ": the connection to store at ", address,
-                 " is unusable after an earlier error (", broken, "); create a new TcpStore");
+    KIZUNA_THROW(ErrorCode::PeerLost, "cannot ", describe(request), ": the connection to store at ",
+                 address, " is unusable after an earlier error (", broken,
+                 "); create a new TcpStore");
   request.id = next_id++;
   out.clear();
   wire::encode(request, out);
   const std::uint64_t body_bytes = out.size() - wire::kHeaderBytes;
-  KIZUNA_CHECK_ARG(body_bytes <= limits.max_body_bytes(), what, ": the request is ", body_bytes,
-                   " bytes, over the limit of ", limits.max_body_bytes(),
-                   " bytes (TcpStoreOptions::max_value_bytes plus 4 MiB); send fewer or smaller values");
+  KIZUNA_CHECK_ARG(
+      body_bytes <= limits.max_body_bytes(), describe(request), ": the request is ", body_bytes,
+      " bytes, over the limit of ", limits.max_body_bytes(),
+      " bytes (TcpStoreOptions::max_value_bytes plus 4 MiB); send fewer or smaller values");
 
   const auto start = Clock::now();
   switch (exchange(true, start + reply_timeout)) {
-    case Outcome::Frame:
-      break;
+    case Outcome::Frame: break;
     case Outcome::Deadline:
       fail(ErrorCode::Timeout,
-           core::concat("timed out after ", reply_timeout.count(), " ms waiting for store at ", address,
-                        " to answer ", what, " (is the server stuck or overloaded?)"));
+           core::concat("timed out after ", reply_timeout.count(), " ms waiting for store at ",
+                        address, " to answer ", describe(request),
+                        " (is the server stuck or overloaded?)"));
     case Outcome::Malformed:
-      fail(ErrorCode::PeerLost, core::concat("store at ", address, " sent a malformed reply to ", what,
-                                             ": ", malformed_reason));
+      fail(ErrorCode::PeerLost, core::concat("store at ", address, " sent a malformed reply to ",
+                                             describe(request), ": ", malformed_reason));
     case Outcome::IoError: {
       const bool closed = read_ec == asio::error::eof || read_ec == asio::error::connection_reset ||
                           read_ec == asio::error::broken_pipe ||
                           read_ec == asio::error::connection_aborted;
       if (closed)
-        fail(ErrorCode::PeerLost, core::concat("lost the connection to store at ", address, " during ",
-                                               what, ": ", read_ec.message(),
-                                               " (did the server exit?)"));
-      fail(ErrorCode::SystemError, core::concat("I/O error with store at ", address, " during ", what,
-                                                ": ", read_ec.message()));
+        fail(ErrorCode::PeerLost,
+             core::concat("lost the connection to store at ", address, " during ",
+                          describe(request), ": ", read_ec.message(), " (did the server exit?)"));
+      fail(ErrorCode::SystemError, core::concat("I/O error with store at ", address, " during ",
+                                                describe(request), ": ", read_ec.message()));
     }
   }
   wire::Reply reply;
   std::string error;
   if (!wire::decode(header, body, limits, reply, error))
-    fail(ErrorCode::PeerLost,
-         core::concat("store at ", address, " sent a malformed reply to ", what, ": ", error));
+    fail(ErrorCode::PeerLost, core::concat("store at ", address, " sent a malformed reply to ",
+                                           describe(request), ": ", error));
   if (reply.id != request.id || reply.op != request.op)
-    fail(ErrorCode::PeerLost,
-         core::concat("store at ", address, " answered ", what, " with ", wire::name(reply.op), " #",
-                      reply.id, " instead of #", request.id, " (protocol error)"));
-  if (reply.status != Status::Ok) throw_status(reply, request, what);
+    fail(ErrorCode::PeerLost, core::concat("store at ", address, " answered ", describe(request),
+                                           " with ", wire::name(reply.op), " #", reply.id,
+                                           " instead of #", request.id, " (protocol error)"));
+  if (reply.status != Status::Ok) throw_status(reply, request);
   return reply;
 }
 
-void TcpStore::Impl::throw_status(const wire::Reply& reply, const wire::Request& request,
-                                  const std::string& what) {
+void TcpStore::Impl::throw_status(const wire::Reply& reply, const wire::Request& request) {
   switch (reply.status) {
     case Status::Timeout:
       if (request.op == Op::Join)
         KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", request.timeout_ms, " ms waiting for ",
-                     request.number, " clients to join store at ", address, " (", reply.message, ")");
+                     request.number, " clients to join store at ", address, " (", reply.message,
+                     ")");
       throw Error(ErrorCode::Timeout,
                   store::timeout_message(milliseconds(request.timeout_ms), request.keys, reply.keys,
                                          " at store " + address));
     case Status::Mismatch:
-      KIZUNA_THROW(ErrorCode::Mismatch, "store at ", address, " refused ", what, ": ", reply.message);
-    case Status::Internal:
-      fail(ErrorCode::Internal, core::concat("store at ", address, " failed ", what, ": ", reply.message));
-    default:
-      KIZUNA_THROW(ErrorCode::InvalidArgument, "store at ", address, " refused ", what, ": ",
+      KIZUNA_THROW(ErrorCode::Mismatch, "store at ", address, " refused ", describe(request), ": ",
                    reply.message);
+    case Status::Internal:
+      fail(ErrorCode::Internal,
+           core::concat("store at ", address, " failed ", describe(request), ": ", reply.message));
+    default:
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "store at ", address, " refused ", describe(request),
+                   ": ", reply.message);
   }
 }
 
@@ -443,9 +466,9 @@ TcpStore::~TcpStore() = default;
 namespace {
 
 void check_value(const std::string& key, const Bytes& value, const wire::Limits& limits) {
-  KIZUNA_CHECK_ARG(value.size() <= limits.max_value_bytes, "the value of key '", wire::printable(key),
-                   "' is ", value.size(), " bytes, over the limit of ", limits.max_value_bytes,
-                   " bytes (TcpStoreOptions::max_value_bytes)");
+  KIZUNA_CHECK_ARG(value.size() <= limits.max_value_bytes, "the value of key '",
+                   wire::printable(key), "' is ", value.size(), " bytes, over the limit of ",
+                   limits.max_value_bytes, " bytes (TcpStoreOptions::max_value_bytes)");
 }
 
 }  // namespace
@@ -458,7 +481,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   r.keys = {key};
   r.values = {value};
   std::lock_guard lock(impl_->mutex);
-  impl_->call(r, timeout(), impl_->what(r.op, r.keys));
+  impl_->call(r, timeout());
 }
 
 Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds wait_timeout) {
@@ -468,7 +491,7 @@ Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds wait_timeo
   r.keys = {key};
   r.timeout_ms = timeout_field(wait_timeout);
   std::lock_guard lock(impl_->mutex);
-  auto reply = impl_->call(r, milliseconds(r.timeout_ms) + kReplyGrace, impl_->what(r.op, r.keys));
+  auto reply = impl_->call(r, milliseconds(r.timeout_ms) + kReplyGrace);
   return std::move(reply.values.at(0));
 }
 
@@ -479,7 +502,7 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
   r.keys = {key};
   r.number = delta;
   std::lock_guard lock(impl_->mutex);
-  return impl_->call(r, timeout(), impl_->what(r.op, r.keys)).number;
+  return impl_->call(r, timeout()).number;
 }
 
 Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
@@ -491,7 +514,7 @@ Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const
   r.keys = {key};
   r.values = {expected, desired};
   std::lock_guard lock(impl_->mutex);
-  auto reply = impl_->call(r, timeout(), impl_->what(r.op, r.keys));
+  auto reply = impl_->call(r, timeout());
   return std::move(reply.values.at(0));
 }
 
@@ -502,7 +525,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
   r.keys = keys;
   r.timeout_ms = timeout_field(wait_timeout);
   std::lock_guard lock(impl_->mutex);
-  impl_->call(r, milliseconds(r.timeout_ms) + kReplyGrace, impl_->what(r.op, r.keys));
+  impl_->call(r, milliseconds(r.timeout_ms) + kReplyGrace);
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
@@ -511,7 +534,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   r.op = Op::Check;
   r.keys = keys;
   std::lock_guard lock(impl_->mutex);
-  return impl_->call(r, timeout(), impl_->what(r.op, r.keys)).number != 0;
+  return impl_->call(r, timeout()).number != 0;
 }
 
 bool TcpStore::delete_key(const std::string& key) {
@@ -520,14 +543,14 @@ bool TcpStore::delete_key(const std::string& key) {
   r.op = Op::Delete;
   r.keys = {key};
   std::lock_guard lock(impl_->mutex);
-  return impl_->call(r, timeout(), impl_->what(r.op, r.keys)).number != 0;
+  return impl_->call(r, timeout()).number != 0;
 }
 
 std::int64_t TcpStore::num_keys() {
   wire::Request r;
   r.op = Op::NumKeys;
   std::lock_guard lock(impl_->mutex);
-  return impl_->call(r, timeout(), "num_keys").number;
+  return impl_->call(r, timeout()).number;
 }
 
 std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys,
@@ -538,11 +561,11 @@ std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys,
   r.keys = keys;
   r.timeout_ms = timeout_field(wait_timeout);
   std::lock_guard lock(impl_->mutex);
-  auto reply = impl_->call(r, milliseconds(r.timeout_ms) + kReplyGrace, impl_->what(r.op, r.keys));
+  auto reply = impl_->call(r, milliseconds(r.timeout_ms) + kReplyGrace);
   if (reply.values.size() != keys.size())
-    impl_->fail(ErrorCode::PeerLost, core::concat("store at ", impl_->address, " answered multi_get of ",
-                                                  keys.size(), " keys with ", reply.values.size(),
-                                                  " values (protocol error)"));
+    impl_->fail(ErrorCode::PeerLost,
+                core::concat("store at ", impl_->address, " answered multi_get of ", keys.size(),
+                             " keys with ", reply.values.size(), " values (protocol error)"));
   return std::move(reply.values);
 }
 
@@ -556,7 +579,7 @@ void TcpStore::multi_set(const std::vector<std::string>& keys, const std::vector
   r.keys = keys;
   r.values = values;
   std::lock_guard lock(impl_->mutex);
-  impl_->call(r, timeout(), impl_->what(r.op, r.keys));
+  impl_->call(r, timeout());
 }
 
 void TcpStore::append(const std::string& key, const Bytes& value) {
@@ -567,7 +590,7 @@ void TcpStore::append(const std::string& key, const Bytes& value) {
   r.keys = {key};
   r.values = {value};
   std::lock_guard lock(impl_->mutex);
-  impl_->call(r, timeout(), impl_->what(r.op, r.keys));
+  impl_->call(r, timeout());
 }
 
 std::vector<std::string> TcpStore::list_keys(const std::string& prefix, std::size_t max_keys) {
@@ -577,7 +600,7 @@ std::vector<std::string> TcpStore::list_keys(const std::string& prefix, std::siz
   r.op = Op::ListKeys;
   r.prefix = prefix;
   std::lock_guard lock(impl_->mutex);
-  auto reply = impl_->call(r, timeout(), "list_keys of '" + wire::printable(prefix) + "'");
+  auto reply = impl_->call(r, timeout());
   if (reply.keys.size() > max_keys) reply.keys.resize(max_keys);
   return std::move(reply.keys);
 }
@@ -586,7 +609,7 @@ void TcpStore::ping() {
   wire::Request r;
   r.op = Op::Ping;
   std::lock_guard lock(impl_->mutex);
-  impl_->call(r, timeout(), "ping");
+  impl_->call(r, timeout());
 }
 
 const std::string& TcpStore::host() const { return impl_->host; }

@@ -173,8 +173,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
     if (ec) {
       if (ec == asio::error::eof || ec == asio::error::connection_reset) {
         if (reader_.buffered() > 0 && !held())
-          close(core::concat("the client closed it mid-frame: a truncated frame (", reader_.buffered(),
-                             " bytes received, ", reader_.wanted(), " more expected)"),
+          close(core::concat("the client closed it mid-frame: a truncated frame (",
+                             reader_.buffered(), " bytes received, ", reader_.wanted(),
+                             " more expected)"),
                 core::LogLevel::Warn);
         else
           close("the client disconnected", core::LogLevel::Debug);
@@ -222,9 +223,10 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
         self->frame_timer_armed_ = false;
         if (ec || self->closed_) return;
         if (self->reader_.buffered() > 0 && self->can_process())
-          self->close(core::concat("a frame stayed incomplete for ", self->server_.frame_timeout.count(),
-                                   " ms (", self->reader_.buffered(), " bytes received)"),
-                      core::LogLevel::Warn);
+          self->close(
+              core::concat("a frame stayed incomplete for ", self->server_.frame_timeout.count(),
+                           " ms (", self->reader_.buffered(), " bytes received)"),
+              core::LogLevel::Warn);
       });
     } else if (!partial && frame_timer_armed_) {
       frame_timer_.cancel();
@@ -237,7 +239,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
     wire::AuthRequest auth;
     std::string error;
     if (!wire::decode(header, body, auth, error)) {
-      close("it did not authenticate: " + error + " (this store requires a token)", core::LogLevel::Warn);
+      close("it did not authenticate: " + error + " (this store requires a token)",
+            core::LogLevel::Warn);
       return;
     }
     if (!auth.has_token) {
@@ -246,7 +249,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
              "refused: the client has no token (set KIZUNA_STORE_TOKEN on the client)");
       return;
     }
-    const wire::Mac expected = store::auth::client_proof(server_.token, server_nonce_, auth.client_nonce);
+    const wire::Mac expected =
+        store::auth::client_proof(server_.token, server_nonce_, auth.client_nonce);
     if (!store::auth::equal(expected, auth.proof)) {
       refuse(Status::AuthFailed,
              "authentication failed: the client's token does not match the store's",
@@ -265,8 +269,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
 
   // Answers the handshake with an error, then closes once it is written.
   void refuse(Status status, std::string to_client, std::string to_log) {
-    KIZUNA_LOG(Warn) << "store server at " << server_.address << ": connection from " << peer_ << " "
-                     << to_log;
+    KIZUNA_LOG(Warn) << "store server at " << server_.address << ": connection from " << peer_
+                     << " " << to_log;
     wire::Reply reply;
     reply.op = Op::Auth;
     reply.status = status;
@@ -281,7 +285,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
   void handle_request(const Header& header, std::span<const std::uint8_t> body) {
     std::string error;
     if (!wire::decode(header, body, server_.limits, request_, error)) {
-      close(core::concat("malformed ", wire::name(header.op), " request: ", error), core::LogLevel::Warn);
+      close(core::concat("malformed ", wire::name(header.op), " request: ", error),
+            core::LogLevel::Warn);
       return;
     }
     try {
@@ -451,8 +456,8 @@ Server::Server(const TcpStoreOptions& options)
         io.run();
         return;
       } catch (const std::exception& e) {
-        KIZUNA_LOG(Error) << "store server at " << address << ": unexpected error on the I/O thread: "
-                          << e.what();
+        KIZUNA_LOG(Error) << "store server at " << address
+                          << ": unexpected error on the I/O thread: " << e.what();
       }
     }
   });
@@ -478,25 +483,33 @@ void Server::listen(const TcpStoreOptions& options) {
     }
   } else {
     tcp::resolver resolver(io);
-    const auto results = resolver.resolve(options.host, std::to_string(options.port),
-                                          tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    const auto results =
+        resolver.resolve(options.host, std::to_string(options.port),
+                         tcp::resolver::passive | tcp::resolver::numeric_service, ec);
     if (ec || results.empty())
       KIZUNA_THROW(ErrorCode::SystemError, "store server cannot listen on ", options.host, ":",
                    options.port, ": cannot resolve '", options.host, "': ", ec.message());
     endpoint = results.begin()->endpoint();
     acceptor.open(endpoint.protocol(), ec);
   }
-  const std::string where = (any ? std::string("*") : options.host) + ":" + std::to_string(options.port);
-  if (ec) KIZUNA_THROW(ErrorCode::SystemError, "store server cannot open a socket for ", where, ": ", ec.message());
+  const std::string where =
+      (any ? std::string("*") : options.host) + ":" + std::to_string(options.port);
+  if (ec)
+    KIZUNA_THROW(ErrorCode::SystemError, "store server cannot open a socket for ", where, ": ",
+                 ec.message());
   acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   acceptor.bind(endpoint, ec);
   if (ec == asio::error::address_in_use)
     KIZUNA_THROW(ErrorCode::SystemError, "store server cannot listen on ", where,
                  ": address already in use (another store or program has port ", options.port,
                  "); choose a free port, or port 0 to let the OS pick one");
-  if (ec) KIZUNA_THROW(ErrorCode::SystemError, "store server cannot listen on ", where, ": ", ec.message());
+  if (ec)
+    KIZUNA_THROW(ErrorCode::SystemError, "store server cannot listen on ", where, ": ",
+                 ec.message());
   acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) KIZUNA_THROW(ErrorCode::SystemError, "store server cannot listen on ", where, ": ", ec.message());
+  if (ec)
+    KIZUNA_THROW(ErrorCode::SystemError, "store server cannot listen on ", where, ": ",
+                 ec.message());
   const auto local = acceptor.local_endpoint(ec);
   if (ec) KIZUNA_THROW(ErrorCode::SystemError, "store server at ", where, ": ", ec.message());
   port = local.port();
@@ -565,7 +578,9 @@ TcpStoreServer::~TcpStoreServer() = default;
 int TcpStoreServer::port() const { return impl_->server.port; }
 std::string TcpStoreServer::address() const { return impl_->server.address; }
 std::int64_t TcpStoreServer::num_joined() const { return impl_->server.joined.load(); }
-std::int64_t TcpStoreServer::num_connections() const { return impl_->server.open_connections.load(); }
+std::int64_t TcpStoreServer::num_connections() const {
+  return impl_->server.open_connections.load();
+}
 std::int64_t TcpStoreServer::num_waiters() const { return impl_->server.waiters.load(); }
 
 bool TcpStoreServer::wait_joined(std::int64_t count, std::chrono::milliseconds timeout) const {

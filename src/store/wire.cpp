@@ -214,13 +214,13 @@ bool is_request(Op op) {
 }
 
 void encode_header(const Header& header, std::uint8_t* out) {
-  std::memcpy(out, kMagic.data(), 4);                          // 0..3   magic
-  out[4] = header.version;                                     // 4      version
-  out[5] = static_cast<std::uint8_t>(header.op);               // 5      opcode
-  out[6] = static_cast<std::uint8_t>(header.status);           // 6      status
-  out[7] = header.flags;                                       // 7      flags
+  std::memcpy(out, kMagic.data(), 4);                 // 0..3   magic
+  out[4] = header.version;                            // 4      version
+  out[5] = static_cast<std::uint8_t>(header.op);      // 5      opcode
+  out[6] = static_cast<std::uint8_t>(header.status);  // 6      status
+  out[7] = header.flags;                              // 7      flags
   for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<std::uint8_t>(header.id >> (8 * i));
-  for (int i = 0; i < 4; ++i)                                  // 12..15 body length
+  for (int i = 0; i < 4; ++i)  // 12..15 body length
     out[12 + i] = static_cast<std::uint8_t>(header.body_bytes >> (8 * i));
 }
 
@@ -248,16 +248,12 @@ void encode(const Request& r, Bytes& out) {
         put_bytes(out, r.values.at(1));
         break;
       case Op::Wait:
-      case Op::MultiGet:
-        put_u32(out, r.timeout_ms);
-        [[fallthrough]];
+      case Op::MultiGet: put_u32(out, r.timeout_ms); [[fallthrough]];
       case Op::Check:
         put_u32(out, static_cast<std::uint32_t>(r.keys.size()));
         for (const auto& k : r.keys) put_string(out, k);
         break;
-      case Op::Delete:
-        put_string(out, r.keys.at(0));
-        break;
+      case Op::Delete: put_string(out, r.keys.at(0)); break;
       case Op::MultiSet:
         put_u32(out, static_cast<std::uint32_t>(r.keys.size()));
         for (std::size_t i = 0; i < r.keys.size(); ++i) {
@@ -269,15 +265,12 @@ void encode(const Request& r, Bytes& out) {
         put_u32(out, static_cast<std::uint32_t>(r.number));
         put_u32(out, r.timeout_ms);
         break;
-      case Op::ListKeys:
-        put_string(out, r.prefix);
-        break;
+      case Op::ListKeys: put_string(out, r.prefix); break;
       case Op::NumKeys:
       case Op::Ping:
       case Op::Hello:
       case Op::Auth:
-      case Op::AuthOk:
-        break;
+      case Op::AuthOk: break;
     }
   });
 }
@@ -317,18 +310,14 @@ bool decode(const Header& header, std::span<const std::uint8_t> body, const Limi
       out.values.push_back(f.bytes("desired value", max_value));
       break;
     case Op::Wait:
-    case Op::MultiGet:
-      out.timeout_ms = f.u32("timeout");
-      [[fallthrough]];
+    case Op::MultiGet: out.timeout_ms = f.u32("timeout"); [[fallthrough]];
     case Op::Check: {
       const std::uint32_t n = f.count("key count", 4);
       out.keys.reserve(n);
       for (std::uint32_t i = 0; i < n && f.ok(); ++i) out.keys.push_back(f.key());
       break;
     }
-    case Op::Delete:
-      out.keys.push_back(f.key());
-      break;
+    case Op::Delete: out.keys.push_back(f.key()); break;
     case Op::MultiSet: {
       const std::uint32_t n = f.count("key count", 8);
       out.keys.reserve(n);
@@ -341,7 +330,8 @@ bool decode(const Header& header, std::span<const std::uint8_t> body, const Limi
     }
     case Op::Join: {
       const std::uint32_t world = f.u32("world size");
-      if (f.ok() && (world == 0 || world > (1u << 24))) f.fail("world size " + std::to_string(world) + " is out of range");
+      if (f.ok() && (world == 0 || world > (1u << 24)))
+        f.fail("world size " + std::to_string(world) + " is out of range");
       out.number = world;
       out.timeout_ms = f.u32("timeout");
       break;
@@ -355,8 +345,7 @@ bool decode(const Header& header, std::span<const std::uint8_t> body, const Limi
     case Op::Ping:
     case Op::Hello:
     case Op::Auth:
-    case Op::AuthOk:
-      break;
+    case Op::AuthOk: break;
   }
   return f.finish();
 }
@@ -377,18 +366,12 @@ void encode(const Reply& r, Bytes& out) {
     }
     switch (r.op) {
       case Op::Get:
-      case Op::CompareSet:
-        put_bytes(out, r.values.at(0));
-        break;
+      case Op::CompareSet: put_bytes(out, r.values.at(0)); break;
       case Op::Add:
       case Op::NumKeys:
-      case Op::Join:
-        put_i64(out, r.number);
-        break;
+      case Op::Join: put_i64(out, r.number); break;
       case Op::Check:
-      case Op::Delete:
-        put_u8(out, r.number != 0 ? 1 : 0);
-        break;
+      case Op::Delete: put_u8(out, r.number != 0 ? 1 : 0); break;
       case Op::MultiGet:
         put_u32(out, static_cast<std::uint32_t>(r.values.size()));
         for (const auto& v : r.values) put_bytes(out, v);
@@ -398,8 +381,7 @@ void encode(const Reply& r, Bytes& out) {
         put_u32(out, static_cast<std::uint32_t>(r.keys.size()));
         for (const auto& k : r.keys) put_string(out, k);
         break;
-      default:
-        break;
+      default: break;
     }
   });
 }
@@ -437,14 +419,10 @@ bool decode(const Header& header, std::span<const std::uint8_t> body, const Limi
   }
   switch (header.op) {
     case Op::Get:
-    case Op::CompareSet:
-      out.values.push_back(f.bytes("value", max_value));
-      break;
+    case Op::CompareSet: out.values.push_back(f.bytes("value", max_value)); break;
     case Op::Add:
     case Op::NumKeys:
-    case Op::Join:
-      out.number = f.i64("number");
-      break;
+    case Op::Join: out.number = f.i64("number"); break;
     case Op::Check:
     case Op::Delete:
       out.number = f.u8("flag");
@@ -453,18 +431,19 @@ bool decode(const Header& header, std::span<const std::uint8_t> body, const Limi
     case Op::MultiGet: {
       const std::uint32_t n = f.count("value count", 4);
       out.values.reserve(n);
-      for (std::uint32_t i = 0; i < n && f.ok(); ++i) out.values.push_back(f.bytes("value", max_value));
+      for (std::uint32_t i = 0; i < n && f.ok(); ++i)
+        out.values.push_back(f.bytes("value", max_value));
       break;
     }
     case Op::ListKeys: {
       out.number = f.u8("truncated flag");
+      if (f.ok() && out.number > 1) f.fail("truncated flag is not 0 or 1");
       const std::uint32_t n = f.count("key count", 4);
       out.keys.reserve(n);
       for (std::uint32_t i = 0; i < n && f.ok(); ++i) out.keys.push_back(f.key());
       break;
     }
-    default:
-      break;
+    default: break;
   }
   return f.finish();
 }
@@ -478,7 +457,8 @@ void encode(const Hello& hello, Bytes& out) {
   });
 }
 
-bool decode(const Header& header, std::span<const std::uint8_t> body, Hello& out, std::string& error) {
+bool decode(const Header& header, std::span<const std::uint8_t> body, Hello& out,
+            std::string& error) {
   if (header.op != Op::Hello) {
     error = "expected a hello frame, got opcode " + std::to_string(static_cast<int>(header.op));
     return false;
@@ -526,7 +506,8 @@ void encode(const AuthOk& ok, Bytes& out) {
   frame(out, Op::AuthOk, Status::Ok, 0, [&] { put_fixed(out, ok.proof); });
 }
 
-bool decode(const Header& header, std::span<const std::uint8_t> body, AuthOk& out, std::string& error) {
+bool decode(const Header& header, std::span<const std::uint8_t> body, AuthOk& out,
+            std::string& error) {
   if (header.op != Op::AuthOk) {
     error = "expected an auth-ok frame, got opcode " + std::to_string(static_cast<int>(header.op));
     return false;
@@ -569,7 +550,8 @@ FrameReader::Result FrameReader::next(Header& header, std::span<const std::uint8
   // is turned away after its first bytes rather than after sixteen.
   const std::size_t magic_bytes = std::min<std::size_t>(have, 4);
   if (std::memcmp(p, kMagic.data(), magic_bytes) != 0) {
-    error = "bad magic " + printable(std::string_view(reinterpret_cast<const char*>(p), magic_bytes), 16) +
+    error = "bad magic " +
+            printable(std::string_view(reinterpret_cast<const char*>(p), magic_bytes), 16) +
             " (expected \"KZST\": not a kizuna store peer?)";
     return Result::Error;
   }

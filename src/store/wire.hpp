@@ -156,10 +156,12 @@ bool decode(const Header& header, std::span<const std::uint8_t> body, const Limi
             Request& out, std::string& error);
 bool decode(const Header& header, std::span<const std::uint8_t> body, const Limits& limits,
             Reply& out, std::string& error);
-bool decode(const Header& header, std::span<const std::uint8_t> body, Hello& out, std::string& error);
+bool decode(const Header& header, std::span<const std::uint8_t> body, Hello& out,
+            std::string& error);
 bool decode(const Header& header, std::span<const std::uint8_t> body, AuthRequest& out,
             std::string& error);
-bool decode(const Header& header, std::span<const std::uint8_t> body, AuthOk& out, std::string& error);
+bool decode(const Header& header, std::span<const std::uint8_t> body, AuthOk& out,
+            std::string& error);
 
 // Assembles frames from a byte stream. Read into prepare(), commit() what
 // arrived, then call next() until it says NeedMore. The buffer grows with the

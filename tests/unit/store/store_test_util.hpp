@@ -39,7 +39,8 @@ class RawSocket {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
       ::close(fd_);
-      throw std::runtime_error("connect() to the store failed: " + std::string(std::strerror(errno)));
+      throw std::runtime_error("connect() to the store failed: " +
+                               std::string(std::strerror(errno)));
     }
     const int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -60,7 +61,9 @@ class RawSocket {
     }
     return true;
   }
-  bool send(const std::string& text) { return send(std::vector<std::uint8_t>(text.begin(), text.end())); }
+  bool send(const std::string& text) {
+    return send(std::vector<std::uint8_t>(text.begin(), text.end()));
+  }
 
   void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
 
@@ -69,7 +72,8 @@ class RawSocket {
     std::vector<std::uint8_t> out;
     const auto until = std::chrono::steady_clock::now() + deadline;
     while (out.size() < n) {
-      if (!wait_readable(until)) throw std::runtime_error("no data from the store before the deadline");
+      if (!wait_readable(until))
+        throw std::runtime_error("no data from the store before the deadline");
       std::uint8_t buf[4096];
       const ssize_t got = ::recv(fd_, buf, std::min(sizeof buf, n - out.size()), 0);
       if (got <= 0) throw std::runtime_error("the store closed the connection");
@@ -80,7 +84,8 @@ class RawSocket {
 
   // Reads until the peer closes; returns what arrived. `closed` says whether
   // it did close before the deadline (a test's "did not hang" bound).
-  std::vector<std::uint8_t> read_until_closed(bool& closed, std::chrono::milliseconds deadline = 30s) {
+  std::vector<std::uint8_t> read_until_closed(bool& closed,
+                                              std::chrono::milliseconds deadline = 30s) {
     std::vector<std::uint8_t> out;
     const auto until = std::chrono::steady_clock::now() + deadline;
     closed = false;
@@ -100,7 +105,8 @@ class RawSocket {
  private:
   bool wait_readable(std::chrono::steady_clock::time_point until) {
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{fd_, POLLIN, 0};
       const int r = ::poll(&p, 1, static_cast<int>(left.count()));
@@ -149,7 +155,8 @@ inline void raise_fd_limit(rlim_t want) {
 
 // Polls `condition` until it holds or the deadline passes (a bound against
 // hangs, not a measurement); returns whether it held.
-inline bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds deadline = 30s) {
+inline bool eventually(const std::function<bool()>& condition,
+                       std::chrono::milliseconds deadline = 30s) {
   const auto until = std::chrono::steady_clock::now() + deadline;
   while (!condition()) {
     if (std::chrono::steady_clock::now() > until) return false;

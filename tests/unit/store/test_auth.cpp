@@ -102,7 +102,7 @@ TEST_CASE("a client with a token refuses a store without one", "[auth]") {
   CHECK_THAT(message, Catch::Contains("does not authenticate"));
 }
 
-TEST_CASE("a replayed handshake is refused; the token never crosses the wire", "[auth]") {
+TEST_CASE("a replayed handshake is refused, and the token never crosses the wire", "[auth]") {
   TcpStoreServer server(server_options(kToken));
 
   // A legitimate handshake, recorded.
@@ -123,9 +123,11 @@ TEST_CASE("a replayed handshake is refused; the token never crosses the wire", "
   REQUIRE(ok_header.op == wire::Op::AuthOk);
   wire::AuthOk ok;
   REQUIRE(wire::decode(ok_header, ok_body, ok, error));
-  CHECK(store::auth::equal(ok.proof, store::auth::server_proof(kToken, hello.server_nonce, auth.client_nonce)));
+  CHECK(store::auth::equal(
+      ok.proof, store::auth::server_proof(kToken, hello.server_nonce, auth.client_nonce)));
   const std::string token = kToken;
-  CHECK(std::search(recorded.begin(), recorded.end(), token.begin(), token.end()) == recorded.end());
+  CHECK(std::search(recorded.begin(), recorded.end(), token.begin(), token.end()) ==
+        recorded.end());
 
   // The same bytes on a new connection: a fresh server nonce, so refused.
   RawSocket second(server.port());

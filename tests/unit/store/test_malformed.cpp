@@ -77,7 +77,8 @@ std::vector<Case> malformed_cases() {
 
 }  // namespace
 
-TEST_CASE("malformed frames close that connection; the server serves the others", "[malformed]") {
+TEST_CASE("malformed frames close that connection, and the server serves the others",
+          "[malformed]") {
   TcpStoreOptions so;
   so.port = 0;
   so.token = "";
@@ -92,7 +93,7 @@ TEST_CASE("malformed frames close that connection; the server serves the others"
     SECTION(c.name) {
       RawSocket raw(server.port());
       raw.read_exactly(wire::kHeaderBytes + 1);  // the server's hello
-      raw.send(c.bytes);  // may fail half-way once the server has closed
+      raw.send(c.bytes);                         // may fail half-way once the server has closed
       if (c.then_shutdown) raw.shutdown_write();
       bool closed = false;
       const auto got = raw.read_until_closed(closed);

@@ -14,7 +14,8 @@ struct TestWaiter : Waiter {
   void ready() override { ++woken; }
 };
 
-wire::Request request(Op op, std::vector<std::string> keys = {}, std::vector<wire::Bytes> values = {}) {
+wire::Request request(Op op, std::vector<std::string> keys = {},
+                      std::vector<wire::Bytes> values = {}) {
   wire::Request r;
   r.op = op;
   r.keys = std::move(keys);
@@ -61,7 +62,8 @@ TEST_CASE("a released waiter is forgotten", "[server_state]") {
   CHECK(reply.keys.empty());  // "k" exists now
 }
 
-TEST_CASE("joins complete together at the world size, and a released join is uncounted", "[server_state]") {
+TEST_CASE("joins complete together at the world size, and a released join is uncounted",
+          "[server_state]") {
   ServerState state(wire::Limits{}, std::nullopt);
   wire::Reply reply;
   auto join = request(Op::Join);

@@ -52,7 +52,8 @@ struct PrefixOverTcpFixture {
 struct PrefixOverHashFixture {
   static constexpr const char* kName = "PrefixStore over HashStore";
   std::shared_ptr<Store> base = std::make_shared<HashStore>();
-  std::shared_ptr<Store> store = std::make_shared<PrefixStore>("a", std::make_shared<PrefixStore>("b", base));
+  std::shared_ptr<Store> store =
+      std::make_shared<PrefixStore>("a", std::make_shared<PrefixStore>("b", base));
   std::shared_ptr<Store> other() { return store; }
 };
 

@@ -93,7 +93,8 @@ TEST_CASE("512 clients connecting at once all succeed", "[tcp_store]") {
     s->add("connected", 1);
     done.arrive_and_wait();  // all connections open at the same time
     const int next = (rank + 1) % kClients;
-    expect(s->get_string("client/" + std::to_string(next)) == std::to_string(next), "client/" + std::to_string(next));
+    expect(s->get_string("client/" + std::to_string(next)) == std::to_string(next),
+           "client/" + std::to_string(next));
   });
   auto s = client(server.port());
   CHECK(s->get_string("connected") == "512");
@@ -106,8 +107,9 @@ TEST_CASE("a get that times out throws Timeout, leaves nothing behind, and the s
   auto s = client(server.port());
   std::string message;
   CHECK(code_of([&] { s->get("missing", 200ms); }, &message) == ErrorCode::Timeout);
-  CHECK_THAT(message, Catch::Contains("timed out after 200 ms waiting for key 'missing' at store 127.0.0.1:" +
-                                      std::to_string(server.port())));
+  CHECK_THAT(message, Catch::Contains(
+                          "timed out after 200 ms waiting for key 'missing' at store 127.0.0.1:" +
+                          std::to_string(server.port())));
   CHECK(server.num_waiters() == 0);
   s->set("missing", std::string_view("now here"));
   CHECK(s->get_string("missing") == "now here");
@@ -323,7 +325,8 @@ TEST_CASE("from_launch_env: rank 0 hosts, every rank joins", "[tcp_store]") {
     s->set("rank/" + std::to_string(rank), std::to_string(rank * 10));
     // Rank 0's server lives as long as its store, so rank 0 leaves last.
     for (int r = 0; r < kWorld; ++r)
-      expect(s->get_string("rank/" + std::to_string(r)) == std::to_string(r * 10), "rank/" + std::to_string(r));
+      expect(s->get_string("rank/" + std::to_string(r)) == std::to_string(r * 10),
+             "rank/" + std::to_string(r));
     if (s->add("done", 1) == kWorld) s->set("all done", std::string_view("1"));
     if (rank == 0) s->wait({"all done"}, 60s);
   });

@@ -85,7 +85,8 @@ class Server {
         buffer_.erase(0, nl + 1);
         return out;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
       if (left.count() <= 0) return "(no line before the deadline)";
       pollfd p{out_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -148,7 +149,8 @@ TEST_CASE("kizuna-store serve, then set, get, add, wait, check, keys, delete", "
   CHECK(run(env + tool + "delete" + at + "greeting").status == 1);
   r = run(env + kTool + " get --addr " + addr + " --timeout 100ms absent");
   CHECK(r.status == 1);
-  CHECK_THAT(r.output, Catch::Contains("timed out after 100 ms waiting for key 'absent' at store " + addr));
+  CHECK_THAT(r.output,
+             Catch::Contains("timed out after 100 ms waiting for key 'absent' at store " + addr));
   CHECK(server.stop() == 0);
 }
 
@@ -181,7 +183,8 @@ TEST_CASE("kizuna-store serve --token-env authenticates with KIZUNA_STORE_TOKEN"
   const std::string addr = address_of(first);
   Result r = run("env -u KIZUNA_STORE_TOKEN " + kTool + " set --addr " + addr + " k v");
   CHECK(r.status == 1);
-  CHECK_THAT(r.output, Catch::Contains("store at " + addr + " requires a token: set KIZUNA_STORE_TOKEN"));
+  CHECK_THAT(r.output,
+             Catch::Contains("store at " + addr + " requires a token: set KIZUNA_STORE_TOKEN"));
   r = run("KIZUNA_STORE_TOKEN=wrong " + kTool + " set --addr " + addr + " k v");
   CHECK(r.status == 1);
   CHECK_THAT(r.output, Catch::Contains("authentication failed"));

@@ -83,8 +83,8 @@ TEST_CASE("a set request is laid out byte by byte", "[wire]") {
   r.values = {b("xyz")};
   Bytes out;
   encode(r, out);
-  const Bytes expected = {'K', 'Z', 'S', 'T', 1, 16, 0, 0, 9, 0, 0, 0, 13, 0, 0, 0,
-                          2,   0,   0,   0,   'a', 'b', 3, 0, 0, 0, 'x', 'y', 'z'};
+  const Bytes expected = {'K', 'Z', 'S', 'T', 1, 16,  0,   0, 9, 0, 0, 0,   13,  0,  0,
+                          0,   2,   0,   0,   0, 'a', 'b', 3, 0, 0, 0, 'x', 'y', 'z'};
   CHECK(out == expected);
 }
 
@@ -207,7 +207,8 @@ TEST_CASE("every reply round-trips", "[wire]") {
 TEST_CASE("handshake frames round-trip", "[wire]") {
   Hello hello;
   hello.auth_required = true;
-  for (std::size_t i = 0; i < kNonceBytes; ++i) hello.server_nonce[i] = static_cast<std::uint8_t>(i);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    hello.server_nonce[i] = static_cast<std::uint8_t>(i);
   Bytes bytes;
   encode(hello, bytes);
   CHECK(bytes.size() == kHeaderBytes + 1 + kNonceBytes);
@@ -264,7 +265,8 @@ TEST_CASE("FrameReader rejects a bad header as soon as its bytes arrive", "[wire
   CHECK_THAT(first_error(b("G")), Catch::Contains("bad magic"));
   CHECK_THAT(first_error(b("KZx")), Catch::Contains("bad magic"));
   CHECK(first_error(b("KZS")) == "no error");  // could still be a frame
-  CHECK_THAT(first_error(Bytes{'K', 'Z', 'S', 'T', 2}), Catch::Contains("unsupported protocol version 2"));
+  CHECK_THAT(first_error(Bytes{'K', 'Z', 'S', 'T', 2}),
+             Catch::Contains("unsupported protocol version 2"));
   CHECK_THAT(first_error(Bytes{'K', 'Z', 'S', 'T', 1, 200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}),
              Catch::Contains("unknown opcode 200"));
   CHECK_THAT(first_error(Bytes{'K', 'Z', 'S', 'T', 1, 16, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}),
@@ -307,17 +309,22 @@ TEST_CASE("decoders refuse bodies that do not fit their opcode", "[wire]") {
   // Set: key "k", value "v".
   const Bytes set = {1, 0, 0, 0, 'k', 1, 0, 0, 0, 'v'};
   CHECK(decode_request(Op::Set, set) == "ok");
-  CHECK_THAT(decode_request(Op::Set, Bytes(set.begin(), set.end() - 1)), Catch::Contains("truncated value"));
+  CHECK_THAT(decode_request(Op::Set, Bytes(set.begin(), set.end() - 1)),
+             Catch::Contains("truncated value"));
   Bytes trailing = set;
   trailing.push_back(0);
   CHECK_THAT(decode_request(Op::Set, trailing), Catch::Contains("trailing"));
-  CHECK_THAT(decode_request(Op::Set, set, 0), Catch::Contains("value of 1 bytes exceeds the limit of 0"));
+  CHECK_THAT(decode_request(Op::Set, set, 0),
+             Catch::Contains("value of 1 bytes exceeds the limit of 0"));
   CHECK_THAT(decode_request(Op::Set, Bytes{0, 0, 0, 0, 0, 0, 0, 0}), Catch::Contains("empty key"));
-  CHECK_THAT(decode_request(Op::Set, Bytes{0x01, 0x10, 0, 0}), Catch::Contains("key of 4097 bytes exceeds"));
+  CHECK_THAT(decode_request(Op::Set, Bytes{0x01, 0x10, 0, 0}),
+             Catch::Contains("key of 4097 bytes exceeds"));
   // A count larger than the body could hold is refused before any reserve().
   CHECK_THAT(decode_request(Op::Check, Bytes{0x00, 0x40, 0, 0}), Catch::Contains("does not fit"));
-  CHECK_THAT(decode_request(Op::Check, Bytes{0xff, 0xff, 0xff, 0xff}), Catch::Contains("exceeds the limit"));
-  CHECK_THAT(decode_request(Op::Join, Bytes{0, 0, 0, 0, 0, 0, 0, 0}), Catch::Contains("world size 0"));
+  CHECK_THAT(decode_request(Op::Check, Bytes{0xff, 0xff, 0xff, 0xff}),
+             Catch::Contains("exceeds the limit"));
+  CHECK_THAT(decode_request(Op::Join, Bytes{0, 0, 0, 0, 0, 0, 0, 0}),
+             Catch::Contains("world size 0"));
   CHECK_THAT(decode_request(Op::Hello, Bytes{}), Catch::Contains("not a request"));
 }
 
