@@ -1,0 +1,107 @@
+// run/rendezvous.hpp: the store of a kizuna-run job, and what the launchers
+// of its nodes say to each other through it.
+//
+// Node 0's Rendezvous hosts the TcpStoreServer, for the launchers and for
+// every worker of the job (they get KIZUNA_STORE=host:port): on 127.0.0.1 at
+// a port the OS picks when there is one node and no --master-port, else on
+// every interface at --master-port (29500 by default). With several nodes
+// every launcher, node 0's included, is also a client of that store, and
+// the launchers use these keys (workers' keys live under run<id>/round<k>/):
+//
+//   kizuna-run/run               the run id, chosen by node 0
+//   kizuna-run/claim/<K>         a counter: node rank K taken twice is an error
+//   kizuna-run/config/<K>        "nnodes=2 nproc-per-node=4 max-restarts=0"
+//   kizuna-run/verdict           node 0's "ok", or what disagrees
+//   kizuna-run/round<k>/failed   the first failure of round k (any node)
+//   kizuna-run/round<k>/done/<K> node K's workers of round k all exited 0
+//   kizuna-run/over              a launcher gave up (or was stopped): why
+//   kizuna-run/left/<K>          node K has seen the end and leaves
+//
+// Blocking: every wait polls the store every kPollInterval and calls `idle`
+// in between, which waits on kizuna-run's signals and throws Interrupted when
+// one asks to stop; each wait has a deadline (--timeout) and throws
+// kizuna::Error(Timeout) naming what it waited for. A store that goes away
+// (node 0's launcher died) is kizuna::Error(PeerLost) from any call.
+//
+// Ownership: owns the server (node 0) and the client. Threading: one thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "options.hpp"
+
+namespace kizuna {
+class TcpStore;
+class TcpStoreServer;
+}  // namespace kizuna
+
+namespace kizuna::run {
+
+// Thrown by an `idle` callback when kizuna-run receives SIGINT, SIGTERM or SIGHUP.
+struct Interrupted {
+  int signal;
+};
+
+class Rendezvous {
+ public:
+  static constexpr std::chrono::milliseconds kPollInterval{100};
+  // How long node 0 waits for the others to read "over" before it exits and
+  // takes the store with it.
+  static constexpr std::chrono::milliseconds kLeaveTimeout{5'000};
+
+  using Idle = std::function<void(std::chrono::milliseconds)>;
+
+  // Node 0: starts the server (throws SystemError when the port is taken).
+  // Other nodes: connects to node 0's, retrying until --timeout.
+  Rendezvous(const RunOptions& options, Idle idle);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  const std::string& run_id() const { return run_id_; }
+  int port() const { return port_; }
+  // "host:port" ("[v6]:port") for KIZUNA_STORE.
+  std::string store_address() const;
+  // "run<id>/round<k>", KIZUNA_STORE_PREFIX of round k's workers.
+  std::string round_prefix(int round) const;
+
+  bool multi_node() const { return options_.nnodes > 1; }
+
+  // The agreement before any worker starts: every node has the same nnodes,
+  // nproc-per-node and max-restarts, and every node rank is taken once.
+  // Throws kizuna::Error(Mismatch) naming the node and both values, or
+  // Timeout naming the nodes that never came.
+  void agree();
+
+  // Round k failed: records the first failure the job saw (later ones keep it).
+  void report_failure(int round, const std::string& what);
+  // Round k's failure as first reported, if any (never blocks).
+  std::optional<std::string> failure(int round);
+  // The job is over (a launcher gave up or was stopped); first reason wins.
+  void announce_over(const std::string& why);
+  std::optional<std::string> over();
+  // This node's workers of round k all succeeded; are all nodes' done?
+  void mark_done(int round);
+  bool all_done(int round);
+  // The end: other nodes say they leave; node 0 waits (at most `timeout`)
+  // until they have, so that none loses the store while still reading it.
+  void leave(std::chrono::milliseconds timeout);
+
+ private:
+  std::string config_text() const;
+  void poll_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline,
+                  const std::function<std::string()>& what);
+
+  RunOptions options_;
+  Idle idle_;
+  std::string run_id_;
+  int port_ = -1;
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStore> client_;
+};
+
+}  // namespace kizuna::run
