@@ -38,6 +38,12 @@
 
 namespace kizuna {
 
+// A CUDA stream (cudaStream_t) passed opaquely: public headers never
+// include the CUDA runtime.
+struct DeviceStream {
+  void* handle = nullptr;
+};
+
 class Communicator {
  public:
   static std::shared_ptr<Communicator> create(const CommOptions& options);
@@ -71,6 +77,26 @@ class Communicator {
   // Point to point: matched in order between each pair of ranks.
   Work send(const void* buffer, std::size_t count, DataType dtype, int peer);
   Work recv(void* buffer, std::size_t count, DataType dtype, int peer);
+
+  // Device memory (CommOptions.device or KIZUNA_DEVICE = cuda): the same
+  // calls, ordered on `stream`. They return at once; the data move when the
+  // stream gets there, and the Work finishes once the result is in place on
+  // the device. Today the collective itself runs on the host: the stream
+  // copies the input to pinned memory, waits, and copies the result back.
+  Work all_reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                  DeviceStream stream);
+  Work broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                 DeviceStream stream);
+  Work reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root,
+              DeviceStream stream);
+  Work all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype, DeviceStream stream);
+  Work reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype, ReduceOp op,
+                      DeviceStream stream);
+  Work send(const void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream);
+  Work recv(void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream);
+
+  // "cpu", or the GPU stream calls use and how ("cuda:0 (NVIDIA H200), ...").
+  std::string device() const;
 
   // A sub-communicator of the ranks that pass the same color, ordered by
   // (key, rank); like MPI_Comm_split and ncclCommSplit. Collective over

@@ -41,6 +41,11 @@ struct CommOptions {
   std::uint64_t slice_bytes = 0;
   // Exchange call fingerprints before each collective; unset: KIZUNA_CHECK.
   std::optional<bool> check;
+  // Where the buffers of stream calls live: "cpu", "cuda" (the GPU
+  // LOCAL_RANK picks) or "cuda:N". Empty: KIZUNA_DEVICE (default cpu).
+  std::string device;
+  // This rank's index on its node, to pick its GPU; -1: LOCAL_RANK.
+  int local_rank = -1;
 };
 
 }  // namespace kizuna

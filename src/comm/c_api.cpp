@@ -69,12 +69,14 @@ ReduceOp op_of(kzRedOp_t op) {
   return static_cast<ReduceOp>(op);
 }
 
-void host_only(kzStream_t stream) {
-  KIZUNA_CHECK_ARG(stream == nullptr,
-                   KIZUNA_HAS_CUDA ? "device buffers with a CUDA stream are not supported by this "
-                                     "communicator's CPU backend; pass stream = NULL for host memory"
-                                   : "this libkizuna was built without CUDA; pass stream = NULL "
-                                     "for host memory");
+// NULL stream: host memory, and the call returns when the collective is
+// over on this rank. A stream: device memory, and the call returns once the
+// collective is queued on it (errors then surface on the stream's Work and
+// through kzCommGetAsyncError), as in NCCL.
+template <typename Host, typename Device>
+void dispatch(kzStream_t stream, Host&& host, Device&& device) {
+  if (stream == nullptr) host().wait();
+  else device(kizuna::DeviceStream{stream});
 }
 
 }  // namespace
@@ -181,62 +183,69 @@ const char* kzGetLastError(kzComm_t) { return g_last_error.c_str(); }
 kzResult_t kzAllReduce(const void* sendbuff, void* recvbuff, size_t count, kzDataType_t datatype,
                        kzRedOp_t op, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
-    host_only(stream);
-    comm_of(comm).all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op)).wait();
+    dispatch(
+        stream, [&] { return comm_of(comm).all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op)); },
+        [&](kizuna::DeviceStream s) { comm_of(comm).all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), s); });
   });
 }
 
 kzResult_t kzBroadcast(const void* sendbuff, void* recvbuff, size_t count, kzDataType_t datatype,
                        int root, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
-    host_only(stream);
-    comm_of(comm).broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root).wait();
+    dispatch(
+        stream, [&] { return comm_of(comm).broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root); },
+        [&](kizuna::DeviceStream s) { comm_of(comm).broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root, s); });
   });
 }
 
 kzResult_t kzReduce(const void* sendbuff, void* recvbuff, size_t count, kzDataType_t datatype,
                     kzRedOp_t op, int root, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
-    host_only(stream);
-    comm_of(comm).reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root).wait();
+    dispatch(
+        stream, [&] { return comm_of(comm).reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root); },
+        [&](kizuna::DeviceStream s) { comm_of(comm).reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root, s); });
   });
 }
 
 kzResult_t kzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                        kzDataType_t datatype, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
-    host_only(stream);
-    comm_of(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype)).wait();
+    dispatch(
+        stream, [&] { return comm_of(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype)); },
+        [&](kizuna::DeviceStream s) { comm_of(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype), s); });
   });
 }
 
 kzResult_t kzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                            kzDataType_t datatype, kzRedOp_t op, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
-    host_only(stream);
-    comm_of(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op)).wait();
+    dispatch(
+        stream, [&] { return comm_of(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op)); },
+        [&](kizuna::DeviceStream s) { comm_of(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op), s); });
   });
 }
 
 kzResult_t kzSend(const void* sendbuff, size_t count, kzDataType_t datatype, int peer, kzComm_t comm,
                   kzStream_t stream) {
   return guarded([&] {
-    host_only(stream);
-    comm_of(comm).send(sendbuff, count, dtype_of(datatype), peer).wait();
+    dispatch(
+        stream, [&] { return comm_of(comm).send(sendbuff, count, dtype_of(datatype), peer); },
+        [&](kizuna::DeviceStream s) { comm_of(comm).send(sendbuff, count, dtype_of(datatype), peer, s); });
   });
 }
 
 kzResult_t kzRecv(void* recvbuff, size_t count, kzDataType_t datatype, int peer, kzComm_t comm,
                   kzStream_t stream) {
   return guarded([&] {
-    host_only(stream);
-    comm_of(comm).recv(recvbuff, count, dtype_of(datatype), peer).wait();
+    dispatch(
+        stream, [&] { return comm_of(comm).recv(recvbuff, count, dtype_of(datatype), peer); },
+        [&](kizuna::DeviceStream s) { comm_of(comm).recv(recvbuff, count, dtype_of(datatype), peer, s); });
   });
 }
 
 kzResult_t kzBarrier(kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
-    host_only(stream);
+    KIZUNA_CHECK_ARG(stream == nullptr, "kzBarrier takes no stream; pass NULL");
     comm_of(comm).barrier().wait();
   });
 }

@@ -19,6 +19,7 @@
 #include "algo/cost_model.hpp"
 #include "algo/schedule.hpp"
 #include "comm/bootstrap.hpp"
+#include "comm/device_backend.hpp"
 #include "comm/executor.hpp"
 #include "comm/fingerprint.hpp"
 #include "comm/history.hpp"
@@ -86,6 +87,11 @@ struct Task {
   std::uint64_t history_id = 0;
   std::chrono::steady_clock::time_point queued_at;
   std::shared_ptr<detail::WorkState> work;
+  // Device calls: the staged call, and where input and output sit in its
+  // host buffer.
+  std::shared_ptr<comm::StagedCall> staged;
+  std::size_t host_input = 0;
+  std::size_t host_output = 0;
 };
 
 struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
@@ -105,6 +111,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::unique_ptr<comm::ShmSegments> shm;  // before links: it must outlive them
   std::vector<std::unique_ptr<transport::Link>> links;
   std::unique_ptr<comm::Executor> executor;
+  std::unique_ptr<comm::DeviceBackend> device;  // null: a CPU communicator
   comm::History history;
   comm::LiveProgress live;
   std::uint64_t dump_handle = 0;
@@ -195,9 +202,18 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     run_task(*task);
   }
 
-  Work enqueue(Task t) {
+  Work enqueue(Task t, const comm::StageRequest* stage = nullptr) {
     auto task = std::make_shared<Task>(std::move(t));
     task->work = std::make_shared<detail::WorkState>();
+    if (stage) {
+      KIZUNA_CHECK_ARG(device != nullptr, "communicator ", name, " is a CPU communicator: calls with a ",
+                       "stream need CommOptions.device or KIZUNA_DEVICE = cuda");
+      auto work = task->work;
+      task->staged = device->stage(*stage, [work](std::exception_ptr e) { work->finish(std::move(e)); });
+      auto* host = static_cast<unsigned char*>(task->staged->host());
+      task->input = host + task->host_input;
+      task->output = host + task->host_output;
+    }
     {
       std::lock_guard lock(queue_mutex);
       KIZUNA_CHECK_ARG(!stopping, "communicator ", name, " is being destroyed");
@@ -256,6 +272,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
                        " is unusable after an earlier error (create a new one): ", e.what());
         }
       }
+      if (t.staged && !t.staged->wait_input(Clock::now() + timeout))
+        KIZUNA_THROW(ErrorCode::Timeout, "the CUDA stream of ", label(t, algo::Algorithm::Ring).str(),
+                     " did not deliver its input within ", timeout.count(), " ms");
       execute(t);
     } catch (const Error& raw) {
       const Error e = raw.code() == ErrorCode::Timeout && t.kind == Task::Kind::Collective
@@ -270,7 +289,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       history.ended(t.history_id, false);
     }
     if (!error) history.ended(t.history_id, true);
-    t.work->finish(error);
+    if (t.staged) t.staged->release(error);  // the Work finishes once the stream has the result
+    else t.work->finish(error);
   }
 
   // A timeout names the rank this one waited for, but that rank may be
@@ -435,7 +455,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       std::lock_guard lock(queue_mutex);
       dropped.swap(queue);
     }
-    for (auto& task : dropped) task->work->finish(error);
+    for (auto& task : dropped) {
+      if (task->staged) task->staged->release(error);
+      else task->work->finish(error);
+    }
   }
 };
 
@@ -519,6 +542,12 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   const bool oversubscribed = connected.local_ranks > cores;
   impl->executor->set_spin(std::chrono::microseconds(env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 50),
                            oversubscribed ? 4 : 16);
+  const std::pair<std::string, int> device =
+      options.device.empty() ? std::pair{env.device, env.device_index} : core::parse_device("CommOptions.device", options.device);
+  if (device.first != "cpu") {
+    const int local_rank = options.local_rank >= 0 ? options.local_rank : core::LaunchEnv::from_process().local_rank;
+    impl->device = comm::make_device_backend(device.first, device.second, local_rank);
+  }
   impl->p2p_sent.assign(impl->world, 0);
   impl->p2p_received.assign(impl->world, 0);
   impl->start();
@@ -650,6 +679,127 @@ Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int pee
   t.root = peer;
   return impl_->enqueue(std::move(t));
 }
+
+namespace {
+
+comm::StageRequest stage(DeviceStream stream, const void* send, std::size_t send_bytes, std::size_t in_offset,
+                         void* recv, std::size_t recv_bytes, std::size_t out_offset, std::size_t host_bytes,
+                         std::chrono::milliseconds timeout) {
+  return {stream.handle, send, send_bytes, in_offset, recv, recv_bytes, out_offset, host_bytes, timeout};
+}
+
+}  // namespace
+
+Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                              DeviceStream stream) {
+  check_types(dtype, op, "all_reduce");
+  check_buffer(send, count, "send buffer", "all_reduce");
+  check_buffer(recv, count, "receive buffer", "all_reduce");
+  Task t;
+  t.collective = Collective::AllReduce;
+  t.count = count;
+  t.dtype = dtype;
+  t.op = op;
+  const std::size_t n = count * size_of(dtype);
+  const auto r = stage(stream, send, n, 0, recv, n, 0, n, impl_->timeout);
+  return impl_->enqueue(std::move(t), &r);
+}
+
+Work Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                             DeviceStream stream) {
+  check_types(dtype, ReduceOp::Sum, "broadcast");
+  KIZUNA_CHECK_ARG(root >= 0 && root < size(), "broadcast: root ", root, " is out of range for world size ", size());
+  if (rank() == root) check_buffer(send, count, "send buffer", "broadcast");
+  check_buffer(recv, count, "receive buffer", "broadcast");
+  Task t;
+  t.collective = Collective::Broadcast;
+  t.count = count;
+  t.dtype = dtype;
+  t.root = root;
+  const std::size_t n = count * size_of(dtype);
+  const auto r = stage(stream, send, rank() == root ? n : 0, 0, recv, n, 0, n, impl_->timeout);
+  return impl_->enqueue(std::move(t), &r);
+}
+
+Work Communicator::reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root,
+                          DeviceStream stream) {
+  check_types(dtype, op, "reduce");
+  KIZUNA_CHECK_ARG(root >= 0 && root < size(), "reduce: root ", root, " is out of range for world size ", size());
+  check_buffer(send, count, "send buffer", "reduce");
+  if (rank() == root) check_buffer(recv, count, "receive buffer", "reduce");
+  Task t;
+  t.collective = Collective::Reduce;
+  t.count = count;
+  t.dtype = dtype;
+  t.op = op;
+  t.root = root;
+  const std::size_t n = count * size_of(dtype);
+  const auto r = stage(stream, send, n, 0, recv, rank() == root ? n : 0, 0, n, impl_->timeout);
+  return impl_->enqueue(std::move(t), &r);
+}
+
+Work Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype,
+                              DeviceStream stream) {
+  check_types(dtype, ReduceOp::Sum, "all_gather");
+  check_buffer(send, send_count, "send buffer", "all_gather");
+  check_buffer(recv, send_count, "receive buffer", "all_gather");
+  Task t;
+  t.collective = Collective::AllGather;
+  t.count = send_count;
+  t.dtype = dtype;
+  const std::size_t n = send_count * size_of(dtype);
+  t.host_input = rank() * n;  // in place on the host: input inside the output
+  const auto r = stage(stream, send, n, t.host_input, recv, n * size(), 0, n * size(), impl_->timeout);
+  return impl_->enqueue(std::move(t), &r);
+}
+
+Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
+                                  ReduceOp op, DeviceStream stream) {
+  check_types(dtype, op, "reduce_scatter");
+  check_buffer(send, recv_count, "send buffer", "reduce_scatter");
+  check_buffer(recv, recv_count, "receive buffer", "reduce_scatter");
+  Task t;
+  t.collective = Collective::ReduceScatter;
+  t.count = recv_count;
+  t.dtype = dtype;
+  t.op = op;
+  const std::size_t n = recv_count * size_of(dtype);
+  t.host_output = rank() * n;  // in place on the host: output inside the input
+  const auto r = stage(stream, send, n * size(), 0, recv, n, t.host_output, n * size(), impl_->timeout);
+  return impl_->enqueue(std::move(t), &r);
+}
+
+Work Communicator::send(const void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream) {
+  check_types(dtype, ReduceOp::Sum, "send");
+  check_buffer(buffer, count, "buffer", "send");
+  KIZUNA_CHECK_ARG(peer >= 0 && peer < size() && peer != rank(), "send: peer ", peer,
+                   " is not another rank of a world of ", size());
+  Task t;
+  t.kind = Task::Kind::Send;
+  t.count = count;
+  t.dtype = dtype;
+  t.root = peer;
+  const std::size_t n = count * size_of(dtype);
+  const auto r = stage(stream, buffer, n, 0, nullptr, 0, 0, n, impl_->timeout);
+  return impl_->enqueue(std::move(t), &r);
+}
+
+Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream) {
+  check_types(dtype, ReduceOp::Sum, "recv");
+  check_buffer(buffer, count, "buffer", "recv");
+  KIZUNA_CHECK_ARG(peer >= 0 && peer < size() && peer != rank(), "recv: peer ", peer,
+                   " is not another rank of a world of ", size());
+  Task t;
+  t.kind = Task::Kind::Recv;
+  t.count = count;
+  t.dtype = dtype;
+  t.root = peer;
+  const std::size_t n = count * size_of(dtype);
+  const auto r = stage(stream, nullptr, 0, 0, buffer, n, 0, n, impl_->timeout);
+  return impl_->enqueue(std::move(t), &r);
+}
+
+std::string Communicator::device() const { return impl_->device ? impl_->device->describe() : "cpu"; }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   // Everyone's (color, key), gathered through this communicator.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <tuple>
 
 #include "core/check.hpp"
 
@@ -88,6 +89,21 @@ std::uint64_t parse_size(std::string_view variable, std::string_view text) {
   return amount * scale;
 }
 
+std::pair<std::string, int> parse_device(std::string_view variable, std::string_view text) {
+  const std::string value = trim_lower(text);
+  if (value == "cpu") return {"cpu", -1};
+  if (value == "cuda" || value == "gpu") return {"cuda", -1};
+  if (value.rfind("cuda:", 0) == 0) {
+    const std::string index = value.substr(5);
+    int n = -1;
+    const auto r = std::from_chars(index.data(), index.data() + index.size(), n);
+    if (!index.empty() && r.ec == std::errc() && r.ptr == index.data() + index.size() && n >= 0 && n < 1024)
+      return {"cuda", n};
+  }
+  KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text,
+               "' is not a device; accepted: cpu, cuda, cuda:N");
+}
+
 bool parse_bool(std::string_view variable, std::string_view text) {
   const std::string value = trim_lower(text);
   if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
@@ -125,6 +141,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_SHM_BYTES",
       "KIZUNA_SPIN_US",
       "KIZUNA_DUMP_ON_SIGNAL",
+      "KIZUNA_DEVICE",
   };
   return names;
 }
@@ -195,6 +212,7 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
     if (trim_lower(*v) != "auto") env.spin_us = static_cast<int>(parse_int("KIZUNA_SPIN_US", *v, 0, 1'000'000));
   }
   if (auto v = lookup("KIZUNA_DUMP_ON_SIGNAL")) env.dump_on_signal = parse_bool("KIZUNA_DUMP_ON_SIGNAL", *v);
+  if (auto v = lookup("KIZUNA_DEVICE")) std::tie(env.device, env.device_index) = parse_device("KIZUNA_DEVICE", *v);
 
   const auto& known = known_variables();
   for (const std::string& name : names) {

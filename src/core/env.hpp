@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/log.hpp"
@@ -49,6 +50,10 @@ struct Env {
   std::uint64_t shm_bytes = 1 << 20;                   // KIZUNA_SHM_BYTES (per channel)
   int spin_us = -1;                                    // KIZUNA_SPIN_US (-1: auto)
   bool dump_on_signal = false;                         // KIZUNA_DUMP_ON_SIGNAL
+  // KIZUNA_DEVICE: "cpu" (default), "cuda" (the GPU LOCAL_RANK picks) or
+  // "cuda:N"; device_index is N, or -1.
+  std::string device = "cpu";
+  int device_index = -1;
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,
   // each as a ready-to-log sentence.
@@ -66,6 +71,10 @@ struct Env {
 // The process environment as a Lookup, and the names set in it.
 Env::Lookup process_lookup();
 std::vector<std::string> process_variable_names();
+
+// "cpu", "cuda", "cuda:N" -> ("cpu"|"cuda", N or -1); InvalidArgument naming
+// `variable` otherwise.
+std::pair<std::string, int> parse_device(std::string_view variable, std::string_view text);
 
 // Value parsers shared with the tools. Each throws InvalidArgument naming
 // `variable` (an env var or a flag) and what it accepts.

@@ -1,31 +1,56 @@
 // test_gpu: every check that needs a GPU, in one executable.
-// Exit codes: 0 all passed, 1 a check failed, 77 no usable GPU (skipped).
 //
-// Each check compares the device result with the CPU reductions (which the
-// unit tests pin to a scalar reference), bit for bit.
+//   test_gpu                 all checks; exit 0 passed, 1 failed, 77 no usable GPU
+//   test_gpu --bench         also a bandwidth sweep (tests/gpu/run.sh uses it)
+//   test_gpu --rank R ...    one rank of a multi-rank check (started by the above)
+//
+// Ranks are separate processes started with fork+exec (CUDA must not be
+// initialised before a fork), all on GPU 0 when there is one GPU — several
+// ranks per GPU is exactly what NCCL refuses and kizuna must support. Each
+// check compares the device results with the closed-form reference of
+// tests/support/collective_reference.hpp, bit for bit.
 #include <cuda_runtime.h>
+#include <kizuna/comm.hpp>
+#include <kizuna/tcp_store.hpp>
+#include <kizuna/tcp_store_server.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "collective_reference.hpp"
 #include "core/reduce.hpp"
 #include "cuda/runtime.hpp"
 #include "kernels/reduce_kernel.hpp"
 
 using namespace kizuna;
+using namespace kizuna::test;
 
 namespace {
 
 int g_failures = 0;
 
-#define GPU_EXPECT(cond, ...)                 \
-  do {                                        \
-    if (!(cond)) {                            \
-      std::printf("FAIL: " __VA_ARGS__);      \
-      std::printf("\n");                      \
-      ++g_failures;                           \
-    }                                         \
+#define GPU_EXPECT(cond, ...)            \
+  do {                                   \
+    if (!(cond)) {                       \
+      std::printf("FAIL: " __VA_ARGS__); \
+      std::printf("\n");                 \
+      ++g_failures;                      \
+    }                                    \
+  } while (0)
+
+#define CUDA_OK(expr)                                                                         \
+  do {                                                                                        \
+    const cudaError_t kz_e = (expr);                                                          \
+    if (kz_e != cudaSuccess) {                                                                \
+      std::printf("FAIL: %s: %s (%s:%d)\n", #expr, cudaGetErrorString(kz_e), __FILE__, __LINE__); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 void check_reduce_kernel() {
@@ -41,43 +66,232 @@ void check_reduce_kernel() {
           a[i] = static_cast<unsigned char>(i * 7 + 3);
           b[i] = static_cast<unsigned char>(i * 13 + 5);
         }
-        // Keep 16/32/64-bit float exponents moderate so values are finite.
+        // Keep float exponents moderate so every value is finite.
         if (is_floating(dtype))
           for (std::size_t i = size_of(dtype) - 1; i < bytes; i += size_of(dtype)) a[i] = b[i] = 0x3c;
         want = a;
         core::reduce(want.data(), b.data(), count, dtype, op);
         void *da = nullptr, *db = nullptr;
-        cudaMalloc(&da, bytes + 1);
-        cudaMalloc(&db, bytes + 1);
-        cudaMemcpy(da, a.data(), bytes, cudaMemcpyHostToDevice);
-        cudaMemcpy(db, b.data(), bytes, cudaMemcpyHostToDevice);
+        CUDA_OK(cudaMalloc(&da, bytes + 1));
+        CUDA_OK(cudaMalloc(&db, bytes + 1));
+        CUDA_OK(cudaMemcpy(da, a.data(), bytes, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(db, b.data(), bytes, cudaMemcpyHostToDevice));
         kernels::reduce(da, db, count, dtype, op, nullptr);
-        cudaMemcpy(got.data(), da, bytes, cudaMemcpyDeviceToHost);
-        const cudaError_t status = cudaDeviceSynchronize();
-        GPU_EXPECT(status == cudaSuccess, "reduce_kernel %s %s: %s", name(dtype).data(),
-                   name(op).data(), cudaGetErrorString(status));
-        for (std::size_t i = 0; i < bytes; ++i)
-          if (got[i] != want[i]) {
-            GPU_EXPECT(false, "reduce_kernel %s %s count %zu: first wrong byte %zu", name(dtype).data(),
-                       name(op).data(), count, i);
-            break;
-          }
+        CUDA_OK(cudaMemcpy(got.data(), da, bytes, cudaMemcpyDeviceToHost));
+        GPU_EXPECT(got == want, "reduce_kernel %s %s count %zu differs from the CPU", name(dtype).data(),
+                   name(op).data(), count);
         cudaFree(da);
         cudaFree(db);
       }
     }
   }
-  std::printf("reduce_kernel: every dtype x op checked against the CPU reduction\n");
+  std::printf("reduce_kernel: every dtype x op matches the CPU reduction\n");
+}
+
+// ---- one rank of a multi-rank check ------------------------------------------
+
+struct RankArgs {
+  int rank = -1, world = 0, port = 0;
+  std::string mode;  // "check", "kill", "bench"
+};
+
+int run_rank(const RankArgs& a) {
+  TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = a.port;
+  CommOptions o;
+  o.store = std::make_shared<TcpStore>(so);
+  o.rank = a.rank;
+  o.world_size = a.world;
+  o.device = "cuda";
+  o.local_rank = a.rank;
+  o.timeout = std::chrono::seconds(60);
+  auto comm = Communicator::create(o);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  const DeviceStream ds{stream};
+  const int n = a.world, r = a.rank;
+
+  if (a.mode == "kill") {
+    std::vector<float> host(1 << 22, 1.0f);
+    void* d = nullptr;
+    CUDA_OK(cudaMalloc(&d, host.size() * 4));
+    CUDA_OK(cudaMemcpy(d, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    try {
+      for (int i = 0; i < 1000; ++i) {
+        if (r == 1 && i == 3) ::raise(SIGKILL);
+        comm->all_reduce(d, d, host.size(), DataType::Float32, ReduceOp::Sum, ds).wait();
+      }
+    } catch (const Error& e) {
+      std::printf("rank %d: %s: %s\n", r, name(e.code()).data(), e.what());
+      return e.code() == ErrorCode::PeerLost ? 3 : 4;
+    }
+    return 5;  // nobody noticed the dead rank
+  }
+
+  if (a.mode == "bench") {
+    if (r == 0) std::printf("# all_reduce float32 sum, %d ranks on GPU, %s\n#%13s %12s %10s\n", n, comm->device().c_str(), "bytes", "time_us", "busbw_GBps");
+    for (std::size_t bytes = 8; bytes <= (1ull << 30); bytes *= 8) {
+      const std::size_t count = bytes / 4;
+      void* d = nullptr;
+      CUDA_OK(cudaMalloc(&d, bytes));
+      CUDA_OK(cudaMemset(d, 0, bytes));
+      const int iters = bytes >= (64u << 20) ? 3 : 20;
+      comm->all_reduce(d, d, count, DataType::Float32, ReduceOp::Sum, ds).wait();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) comm->all_reduce(d, d, count, DataType::Float32, ReduceOp::Sum, ds).wait();
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      if (r == 0) std::printf("%14zu %12.1f %10.2f\n", bytes, us, bytes / us / 1e3 * 2.0 * (n - 1) / n);
+      cudaFree(d);
+    }
+    return 0;
+  }
+
+  // "check": every collective x dtype x op on device buffers.
+  int wrong = 0;
+  const DataType types[] = {DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64,
+                            DataType::Int32, DataType::Int64, DataType::UInt8};
+  for (DataType t : types) {
+    for (ReduceOp op : kAllReduceOps) {
+      if (op == ReduceOp::Avg && !is_floating(t)) continue;
+      const CollectiveReference ref(t, op);
+      const std::size_t e = ref.elem();
+      for (std::uint64_t count : {0ull, 1ull, 1009ull, 1000003ull}) {
+        const std::size_t bytes = count * e;
+        void *din = nullptr, *dout = nullptr;
+        CUDA_OK(cudaMalloc(&din, bytes * n + 1));
+        CUDA_OK(cudaMalloc(&dout, bytes * n + 1));
+        auto expect = [&](const char* what, const std::vector<unsigned char>& got, std::uint64_t elements, auto&& fn) {
+          const std::string w = ref.compare(got.data(), elements, fn);
+          if (!w.empty()) {
+            std::printf("rank %d %s %s %s count %llu: %s\n", r, what, name(t).data(), name(op).data(),
+                        static_cast<unsigned long long>(count), w.c_str());
+            ++wrong;
+          }
+        };
+        std::vector<unsigned char> got(bytes * n);
+        // all_reduce
+        auto in = ref.input_buffer(r, count);
+        CUDA_OK(cudaMemcpy(din, in.data(), bytes, cudaMemcpyHostToDevice));
+        comm->all_reduce(din, dout, count, t, op, ds).wait();
+        CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+        expect("all_reduce", got, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
+        // reduce_scatter
+        auto in_n = ref.input_buffer(r, count * n);
+        CUDA_OK(cudaMemcpy(din, in_n.data(), bytes * n, cudaMemcpyHostToDevice));
+        comm->reduce_scatter(din, dout, count, t, op, ds).wait();
+        CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+        expect("reduce_scatter", got, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, r * count + i, w); });
+        // reduce to the last rank
+        CUDA_OK(cudaMemcpy(din, in.data(), bytes, cudaMemcpyHostToDevice));
+        comm->reduce(din, dout, count, t, op, n - 1, ds).wait();
+        if (r == n - 1) {
+          CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+          expect("reduce", got, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
+        }
+        if (op != ReduceOp::Sum) {
+          cudaFree(din);
+          cudaFree(dout);
+          continue;
+        }
+        // all_gather and broadcast (no operator)
+        comm->all_gather(din, dout, count, t, ds).wait();
+        CUDA_OK(cudaMemcpy(got.data(), dout, bytes * n, cudaMemcpyDeviceToHost));
+        if (count)
+          expect("all_gather", got, count * n,
+                 [&](std::uint64_t i, unsigned char* w) { ref.input(static_cast<int>(i / count), i % count, w); });
+        comm->broadcast(din, dout, count, t, 0, ds).wait();
+        CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+        expect("broadcast", got, count, [&](std::uint64_t i, unsigned char* w) { ref.input(0, i, w); });
+        cudaFree(din);
+        cudaFree(dout);
+      }
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+  std::printf("rank %d of %d on %s: %s\n", r, n, comm->device().c_str(), wrong ? "WRONG" : "ok");
+  return wrong ? 1 : 0;
+}
+
+// ---- the parent: starts ranks as processes -----------------------------------
+
+std::vector<int> run_ranks(const char* self, int world, const std::string& mode) {
+  TcpStoreServer server(TcpStoreOptions{});
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const std::string rs = std::to_string(r), ws = std::to_string(world), ps = std::to_string(server.port());
+      ::execl(self, self, "--rank", rs.c_str(), "--world", ws.c_str(), "--port", ps.c_str(), "--mode", mode.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  for (pid_t pid : pids) {
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        break;
+      }
+      ::usleep(10000);
+    }
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
 }
 
 }  // namespace
 
-int main() {
-  const cuda::Availability& gpu = cuda::probe();
-  if (gpu.device_count == 0) {
-    std::printf("skipped: %s\n", gpu.reason.c_str());
+int main(int argc, char** argv) {
+  RankArgs a;
+  bool bench = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--bench") bench = true;
+    else if (arg == "--rank" && i + 1 < argc) a.rank = std::atoi(argv[++i]);
+    else if (arg == "--world" && i + 1 < argc) a.world = std::atoi(argv[++i]);
+    else if (arg == "--port" && i + 1 < argc) a.port = std::atoi(argv[++i]);
+    else if (arg == "--mode" && i + 1 < argc) a.mode = argv[++i];
+  }
+  if (a.rank >= 0) {
+    try {
+      return run_rank(a);
+    } catch (const Error& e) {
+      std::printf("rank %d: %s: %s\n", a.rank, name(e.code()).data(), e.what());
+      return 10 + static_cast<int>(e.code());
+    }
+  }
+
+  // The parent checks for a GPU in a child process, so that it never
+  // initialises CUDA itself before forking the ranks.
+  const pid_t probe_pid = ::fork();
+  if (probe_pid == 0) ::_exit(cuda::probe().device_count > 0 ? 0 : 77);
+  int probe_status = 0;
+  ::waitpid(probe_pid, &probe_status, 0);
+  if (!WIFEXITED(probe_status) || WEXITSTATUS(probe_status) != 0) {
+    std::printf("skipped: %s\n", cuda::probe().reason.c_str());
     return 77;
   }
+
+  for (int world : {2, 3, 4, 8}) {
+    const auto codes = run_ranks(argv[0], world, "check");
+    for (int r = 0; r < world; ++r) GPU_EXPECT(codes[r] == 0, "check with %d ranks: rank %d exited %d", world, r, codes[r]);
+    std::printf("device collectives, %d ranks on one GPU: %s\n", world, g_failures ? "FAILED" : "ok");
+  }
+  {
+    const auto codes = run_ranks(argv[0], 4, "kill");
+    for (int r : {0, 2, 3}) GPU_EXPECT(codes[r] == 3, "kill test: survivor %d exited %d, expected PeerLost (3)", r, codes[r]);
+    std::printf("a rank killed mid-collective: survivors report PeerLost\n");
+  }
+  if (bench)
+    for (int world : {2, 4, 8}) run_ranks(argv[0], world, "bench");
+
+  // The reduce kernel last: it initialises CUDA in this process.
   check_reduce_kernel();
   std::printf("%s\n", g_failures ? "GPU checks FAILED" : "GPU checks passed");
   return g_failures ? 1 : 0;

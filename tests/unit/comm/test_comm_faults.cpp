@@ -5,6 +5,8 @@
 #include <atomic>
 #include <thread>
 
+#include <kizuna/config.hpp>
+
 #include "run_ranks.hpp"
 
 using namespace kizuna;
@@ -145,4 +147,37 @@ TEST_CASE("abort fails pending and queued work at once", "[faults]") {
   aborter.join();
   CHECK(comms[0]->async_error() != nullptr);
   CHECK(error_of(comms[0]->barrier()).code() == ErrorCode::Aborted);
+}
+
+TEST_CASE("stream calls on a CPU communicator, and CUDA where there is none, are clear errors", "[faults]") {
+  const auto comms = make_comms(1);
+  float x = 1;
+  const Error cpu = error_of_call([&] {
+    comms[0]->all_reduce(&x, &x, 1, DataType::Float32, ReduceOp::Sum, DeviceStream{reinterpret_cast<void*>(0x1)});
+  });
+  CHECK(cpu.code() == ErrorCode::InvalidArgument);
+  CHECK(std::string(cpu.what()).find("KIZUNA_DEVICE = cuda") != std::string::npos);
+  CHECK(comms[0]->device() == "cpu");
+  CommOptions options;
+  options.store = std::make_shared<HashStore>();
+  options.rank = 0;
+  options.world_size = 1;
+  options.device = "cuda";
+#if KIZUNA_HAS_CUDA
+  // Where there is a GPU the communicator gets it; where there is none the
+  // cause is named.
+  try {
+    const auto gpu = Communicator::create(options);
+    CHECK(gpu->device().rfind("cuda:", 0) == 0);
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::CudaError);
+    CHECK(std::string(e.what()).find("a CUDA device was asked for") != std::string::npos);
+  }
+#else
+  const Error no_gpu = error_of_call([&] { Communicator::create(options); });
+  CHECK(no_gpu.code() == ErrorCode::InvalidArgument);
+  CHECK(std::string(no_gpu.what()).find("built without CUDA") != std::string::npos);
+#endif
+  options.device = "tpu:0";
+  CHECK(error_of_call([&] { Communicator::create(options); }).code() == ErrorCode::InvalidArgument);
 }

@@ -164,3 +164,14 @@ TEST_CASE("KIZUNA_DUMP_ON_SIGNAL", "[env]") {
   CHECK(parse({{"KIZUNA_DUMP_ON_SIGNAL", "1"}}).dump_on_signal);
   CHECK(error_of({{"KIZUNA_DUMP_ON_SIGNAL", "sometimes"}}).find("KIZUNA_DUMP_ON_SIGNAL") != std::string::npos);
 }
+
+TEST_CASE("KIZUNA_DEVICE", "[env]") {
+  CHECK(parse({}).device == "cpu");
+  CHECK(parse({{"KIZUNA_DEVICE", "cuda"}}).device == "cuda");
+  CHECK(parse({{"KIZUNA_DEVICE", "cuda"}}).device_index == -1);
+  CHECK(parse({{"KIZUNA_DEVICE", "CUDA:3"}}).device_index == 3);
+  for (const char* bad : {"tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x"}) {
+    CAPTURE(bad);
+    CHECK(error_of({{"KIZUNA_DEVICE", bad}}).find("accepted: cpu, cuda, cuda:N") != std::string::npos);
+  }
+}

@@ -1,0 +1,60 @@
+// The executor registry: which device backends this build has.
+#include <kizuna/config.hpp>
+
+#include "comm/device_backend.hpp"
+#include "core/check.hpp"
+
+#if KIZUNA_HAS_CUDA
+#include "cuda/staging.hpp"
+#endif
+
+namespace kizuna::comm {
+
+#if KIZUNA_HAS_CUDA
+namespace {
+
+class CudaStaged final : public StagedCall {
+ public:
+  explicit CudaStaged(std::shared_ptr<cuda::StagedCall> call) : call_(std::move(call)) {}
+  void* host() override { return call_->host(); }
+  bool wait_input(std::chrono::steady_clock::time_point deadline) override { return call_->wait_input(deadline); }
+  void release(std::exception_ptr error) override { call_->release(std::move(error)); }
+
+ private:
+  std::shared_ptr<cuda::StagedCall> call_;
+};
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  explicit CudaBackend(int index) : index_(index) {}
+  std::string describe() const override {
+    return "cuda:" + std::to_string(index_) + " (" + cuda::device_name(index_) +
+           "), staged through pinned host memory";
+  }
+  std::shared_ptr<StagedCall> stage(const StageRequest& r, std::function<void(std::exception_ptr)> on_done) override {
+    return std::make_shared<CudaStaged>(cuda::StagedCall::start(index_, r.stream, r.send, r.send_bytes, r.in_offset,
+                                                                r.recv, r.recv_bytes, r.out_offset, r.host_bytes,
+                                                                r.timeout, std::move(on_done)));
+  }
+
+ private:
+  int index_;
+};
+
+}  // namespace
+#endif
+
+std::unique_ptr<DeviceBackend> make_device_backend(const std::string& device, int index, int local_rank) {
+  if (device == "cuda") {
+#if KIZUNA_HAS_CUDA
+    return std::make_unique<CudaBackend>(cuda::select_device(index, local_rank));
+#else
+    KIZUNA_THROW(ErrorCode::InvalidArgument,
+                 "device 'cuda' was asked for, but this libkizuna was built without CUDA "
+                 "(configure with nvcc present, KIZUNA_CUDA=AUTO or ON)");
+#endif
+  }
+  KIZUNA_THROW(ErrorCode::InvalidArgument, "unknown device '", device, "'; accepted: cpu, cuda, cuda:N");
+}
+
+}  // namespace kizuna::comm

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh: everything that needs a GPU, in one go, for a machine
+# with an NVIDIA GPU (CUDA at /usr/local/cuda). Builds with CUDA, runs the
+# GPU tests, a device all-reduce sweep (8 B .. 1 GiB, 2/4/8 ranks on one
+# GPU) and a device-to-device cudaMemcpy bandwidth measurement, and writes
+# a summary to $OUT/gpu-summary.txt (or ./gpu-summary.txt).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-.}
+build=${BUILD:-build-gpu}
+start=$(date +%s)
+{
+  echo "# kizuna GPU run, $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  cmake -S . -B "$build" -DKIZUNA_CUDA=ON -DKIZUNA_BENCH=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target test_gpu kizuna-d2d-bandwidth >/dev/null
+  echo "## device-to-device copy rate (cudaMemcpy)"
+  "$build/tests/gpu/kizuna-d2d-bandwidth"
+  echo "## GPU tests and device all-reduce sweep"
+  "$build/tests/gpu/test_gpu" --bench
+  echo "# total $(( $(date +%s) - start )) s"
+} 2>&1 | tee "$out/gpu-summary.txt"
