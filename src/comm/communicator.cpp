@@ -346,7 +346,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     KIZUNA_LOG(Error) << e.what();
     // The stuck-rank report: where this rank is, for the job's post-mortem
     // (kizuna-run gathers these lines).
-    if (e.code() == ErrorCode::Timeout) KIZUNA_LOG(Error) << report(4);
+    if (e.code() == ErrorCode::Timeout) {
+      KIZUNA_LOG(Error) << report(4);
+    }
     const int lost = executor ? executor->failed_peer() : -1;
     // Pass a peer's notice on unchanged (its origin saw the root cause);
     // otherwise this rank is the origin.
