@@ -1,0 +1,110 @@
+// ProcessGroupKizuna: torch 1.13's c10d::ProcessGroup over a TorchComm.
+// Only this file knows which base class torch wants (see the header).
+#include "process_group_kizuna.hpp"
+
+#include "torch_comm.hpp"
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/chrono.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace kizuna_torch {
+namespace {
+
+using c10d::ProcessGroup;
+
+// Thread safety: c10d may call from any thread (DDP's autograd threads, the
+// Python thread); TorchComm and kizuna order calls by arrival.
+class ProcessGroupKizuna final : public ProcessGroup {
+ public:
+  ProcessGroupKizuna(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout)
+      : ProcessGroup(rank, size), comm_(store, rank, size, timeout) {
+    init();
+  }
+
+  const std::string getBackendName() const override { return "kizuna"; }
+
+  WorkPtr broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {
+    return comm_.broadcast(tensors, opts);
+  }
+  WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
+    return comm_.allreduce(tensors, opts);
+  }
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                              const c10d::AllreduceCoalescedOptions& opts) override {
+    return comm_.allreduce_coalesced(tensors, opts);
+  }
+  WorkPtr reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+    return comm_.reduce(tensors, opts);
+  }
+  WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                    const c10d::AllgatherOptions& opts) override {
+    return comm_.allgather(outputs, inputs, opts);
+  }
+  WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override {
+    return comm_.allgather_base(output, input, opts);
+  }
+  WorkPtr gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                 const c10d::GatherOptions& opts) override {
+    return comm_.gather(outputs, inputs, opts);
+  }
+  WorkPtr scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                  const c10d::ScatterOptions& opts) override {
+    return comm_.scatter(outputs, inputs, opts);
+  }
+  WorkPtr reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                         const c10d::ReduceScatterOptions& opts) override {
+    return comm_.reduce_scatter(outputs, inputs, opts);
+  }
+  WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                               const c10d::ReduceScatterOptions& opts) override {
+    return comm_.reduce_scatter_base(output, input, opts);
+  }
+  WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                        std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) override {
+    return comm_.alltoall_base(output, input, output_splits, input_splits, opts);
+  }
+  WorkPtr alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                   const c10d::AllToAllOptions& opts) override {
+    return comm_.alltoall(outputs, inputs, opts);
+  }
+  WorkPtr send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    return comm_.send(tensors, dst, tag);
+  }
+  WorkPtr recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    return comm_.recv(tensors, src, tag);
+  }
+  WorkPtr barrier(const c10d::BarrierOptions& opts) override { return comm_.barrier(opts); }
+  // Not overridden, so c10d's base raises "ProcessGroup kizuna does not
+  // support <call>": allgather_coalesced, recvAnysource, monitoredBarrier,
+  // and the sequence-number calls.
+
+ private:
+  TorchComm comm_;
+};
+
+}  // namespace
+
+void bind_process_group(pybind11::module_& m) {
+  namespace py = pybind11;
+  m.def(
+      "create_process_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         const std::chrono::duration<float>& timeout) -> c10::intrusive_ptr<ProcessGroup> {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+        return c10::make_intrusive<ProcessGroupKizuna>(store, rank, size, ms);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      // Creation is collective and blocks until every rank has connected.
+      py::call_guard<py::gil_scoped_release>(),
+      "Creates a kizuna process group (collective): the creator registered as "
+      "torch.distributed backend \"kizuna\".");
+}
+
+}  // namespace kizuna_torch

@@ -1,0 +1,569 @@
+#include "torch_comm.hpp"
+
+#include "store_adapter.hpp"
+
+#include <kizuna/comm_options.hpp>
+#include <kizuna/error.hpp>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+#include <utility>
+
+namespace kizuna_torch {
+namespace {
+
+using kizuna::DataType;
+
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+
+// A tensor kizuna can use: defined, on the CPU, dense.
+void check_tensor(const at::Tensor& t, const char* call) {
+  TORCH_CHECK(t.defined(), "kizuna: ", call, ": got an undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "kizuna: ", call, ": the tensor is on ", t.device(),
+              "; the kizuna backend handles CPU tensors only (kizuna's CUDA path is not wired into "
+              "torch.distributed yet): move the tensor to the CPU or use backend=\"nccl\"");
+  TORCH_CHECK(t.layout() == at::kStrided, "kizuna: ", call, ": ", t.layout(),
+              " tensors are not supported; pass a dense (strided) tensor");
+}
+
+DataType data_type(const at::Tensor& t, const char* call) {
+  check_tensor(t, call);
+  switch (t.scalar_type()) {
+    case at::kChar: return DataType::Int8;
+    case at::kByte: return DataType::UInt8;
+    case at::kBool: return DataType::UInt8;  // one byte, 0 or 1
+    case at::kInt: return DataType::Int32;
+    case at::kLong: return DataType::Int64;
+    case at::kHalf: return DataType::Float16;
+    case at::kBFloat16: return DataType::BFloat16;
+    case at::kFloat: return DataType::Float32;
+    case at::kDouble: return DataType::Float64;
+    default:
+      TORCH_CHECK(false, "kizuna: ", call, ": dtype ", t.scalar_type(),
+                  " is not supported (supported: float16, bfloat16, float32, float64, int8, uint8, "
+                  "int32, int64, bool)");
+  }
+}
+
+kizuna::ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const char* call) {
+  const c10d::ReduceOp::RedOpType type = op;
+  const bool boolean = t.scalar_type() == at::kBool;
+  switch (type) {
+    // On bool, as in torch's NCCL backend: SUM is logical or, PRODUCT logical and.
+    case c10d::ReduceOp::SUM: return boolean ? kizuna::ReduceOp::Max : kizuna::ReduceOp::Sum;
+    case c10d::ReduceOp::PRODUCT: return boolean ? kizuna::ReduceOp::Min : kizuna::ReduceOp::Prod;
+    case c10d::ReduceOp::MIN: return kizuna::ReduceOp::Min;
+    case c10d::ReduceOp::MAX: return kizuna::ReduceOp::Max;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(at::isFloatingType(t.scalar_type()), "kizuna: ", call,
+                  ": ReduceOp.AVG needs a floating-point tensor (float16, bfloat16, float32, "
+                  "float64), got ",
+                  t.scalar_type(), "; use ReduceOp.SUM and divide by the group size");
+      return kizuna::ReduceOp::Avg;
+    default:
+      TORCH_CHECK(false, "kizuna: ", call, ": ReduceOp.", op_name(type),
+                  " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX)");
+  }
+}
+
+at::Tensor& single(std::vector<at::Tensor>& tensors, const char* call) {
+  TORCH_CHECK(tensors.size() == 1, "kizuna: ", call, " takes one tensor per process, got ",
+              tensors.size());
+  return tensors[0];
+}
+
+void check_root(int64_t root, int size, const char* call) {
+  TORCH_CHECK(root >= 0 && root < size, "kizuna: ", call, ": root rank ", root,
+              " is out of range for a group of ", size);
+}
+
+void check_tag(int tag, const char* call) {
+  TORCH_CHECK(tag == 0, "kizuna: ", call, ": tag ", tag,
+              " is not supported; kizuna matches send and recv in call order between each pair "
+              "of ranks (use tag=0)");
+}
+
+void check_like(const at::Tensor& t, const at::Tensor& like, const char* what, const char* call) {
+  check_tensor(t, call);
+  TORCH_CHECK(t.scalar_type() == like.scalar_type(), "kizuna: ", call, ": ", what, " has dtype ",
+              t.scalar_type(), " but the input has ", like.scalar_type());
+  TORCH_CHECK(t.numel() == like.numel(), "kizuna: ", call, ": ", what, " has ", t.numel(),
+              " elements but the input has ", like.numel());
+}
+
+std::size_t count(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
+
+// A tensor as kizuna needs it: contiguous memory. `buffer` is the tensor
+// itself when it is contiguous, else a contiguous copy.
+struct Staged {
+  at::Tensor original;
+  at::Tensor buffer;
+  bool copied() const { return !buffer.is_same(original); }
+  void* data() const { return buffer.data_ptr(); }
+};
+
+// `flat`'s elements [offset, offset + t.numel()) shaped like t.
+at::Tensor slot(const at::Tensor& flat, std::size_t index, const at::Tensor& t) {
+  return flat.narrow(0, static_cast<int64_t>(index) * t.numel(), t.numel()).view(t.sizes());
+}
+
+// Runs after every part succeeded: copies staged results back (only for
+// staged copies) and keeps buffers alive until then.
+std::function<void()> copy_back(std::vector<Staged> outputs) {
+  return [outputs = std::move(outputs)] {
+    for (const Staged& s : outputs)
+      if (s.copied()) s.original.copy_(s.buffer);
+  };
+}
+
+}  // namespace
+
+TorchComm::TorchComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size) {
+  TORCH_CHECK(store, "kizuna: the c10d store is null");
+  auto adapter = std::make_shared<C10dStoreAdapter>(store);
+  // Ranks agree on N when each creates its groups under this prefix in the
+  // same order; a per-rank counter needs no coordination to agree.
+  const std::int64_t incarnation = adapter->add("kizuna/incarnation/rank" + std::to_string(rank), 1);
+  kizuna::CommOptions options;
+  options.store = adapter;
+  options.rank = rank;
+  options.world_size = size;
+  options.name = "kizuna/pg" + std::to_string(incarnation);
+  if (timeout.count() > 0) {
+    options.timeout = timeout;
+    options.setup_timeout = timeout;
+    adapter->set_timeout(timeout);
+  }
+  comm_ = kizuna::Communicator::create(options);
+}
+
+void TorchComm::queued(const std::vector<kizuna::Work>& parts) {
+  if (parts.empty()) return;
+  std::lock_guard lock(last_mutex_);
+  last_ = parts.back();
+}
+
+void TorchComm::settle() {
+  kizuna::Work last;
+  {
+    std::lock_guard lock(last_mutex_);
+    last = last_;
+  }
+  // Calls run in order, so the last one done means all are. Its error, if
+  // any, belongs to its own Work and is reported there.
+  try {
+    last.wait();
+  } catch (...) {
+  }
+}
+
+WorkPtr TorchComm::launch(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
+                          std::function<void()> epilogue, std::vector<at::Tensor> keep) {
+  queued(parts);
+  KizunaWork::start(work, std::move(parts), [keep = std::move(keep), epilogue = std::move(epilogue)] {
+    if (epilogue) epilogue();
+  });
+  return work;
+}
+
+WorkPtr TorchComm::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  constexpr const char* kCall = "allreduce";
+  at::Tensor& t = single(tensors, kCall);
+  const DataType dtype = data_type(t, kCall);
+  const kizuna::ReduceOp op = reduce_op(opts.reduceOp, t, kCall);
+  if (!t.is_contiguous()) settle();
+  Staged s{t, t.contiguous()};
+  std::vector<kizuna::Work> parts{comm_->all_reduce(s.data(), count(t), dtype, op)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLREDUCE, "kizuna:all_reduce", tensors);
+  return launch(work, parts, copy_back({s}));
+}
+
+WorkPtr TorchComm::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                       const c10d::AllreduceCoalescedOptions& opts) {
+  constexpr const char* kCall = "allreduce_coalesced";
+  TORCH_CHECK(!tensors.empty(), "kizuna: ", kCall, ": no tensors given");
+  const DataType dtype = data_type(tensors[0], kCall);
+  std::size_t total = 0;
+  for (const at::Tensor& t : tensors) {
+    check_tensor(t, kCall);
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "kizuna: ", kCall,
+                ": all tensors must have one dtype, got ", tensors[0].scalar_type(), " and ",
+                t.scalar_type());
+    total += count(t);
+  }
+  const kizuna::ReduceOp op = reduce_op(opts.reduceOp, tensors[0], kCall);
+  // One all-reduce over the tensors packed end to end (as Gloo does).
+  settle();
+  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, tensors[0].options());
+  std::vector<std::pair<at::Tensor, int64_t>> places;
+  int64_t offset = 0;
+  for (const at::Tensor& t : tensors) {
+    flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
+    places.emplace_back(t, offset);
+    offset += t.numel();
+  }
+  std::vector<kizuna::Work> parts{comm_->all_reduce(flat.data_ptr(), total, dtype, op)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLREDUCE_COALESCED,
+                                              "kizuna:allreduce_coalesced", tensors);
+  return launch(work, parts, [flat, places = std::move(places)] {
+    for (const auto& [t, offset] : places) t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+  });
+}
+
+WorkPtr TorchComm::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  constexpr const char* kCall = "broadcast";
+  at::Tensor& t = single(tensors, kCall);
+  const DataType dtype = data_type(t, kCall);
+  check_root(opts.rootRank, size_, kCall);
+  TORCH_CHECK(opts.rootTensor == 0, "kizuna: ", kCall, ": rootTensor must be 0 (one tensor per process)");
+  const int root = static_cast<int>(opts.rootRank);
+  if (!t.is_contiguous() && rank_ == root) settle();
+  Staged s{t, t.contiguous()};
+  std::vector<kizuna::Work> parts{comm_->broadcast(s.data(), count(t), dtype, root)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::BROADCAST, "kizuna:broadcast", tensors);
+  return launch(work, parts, copy_back({s}));
+}
+
+WorkPtr TorchComm::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  constexpr const char* kCall = "reduce";
+  at::Tensor& t = single(tensors, kCall);
+  const DataType dtype = data_type(t, kCall);
+  const kizuna::ReduceOp op = reduce_op(opts.reduceOp, t, kCall);
+  check_root(opts.rootRank, size_, kCall);
+  TORCH_CHECK(opts.rootTensor == 0, "kizuna: ", kCall, ": rootTensor must be 0 (one tensor per process)");
+  const int root = static_cast<int>(opts.rootRank);
+  if (!t.is_contiguous()) settle();
+  Staged s{t, t.contiguous()};
+  // In place on the root; other ranks' tensors are left as they were.
+  std::vector<kizuna::Work> parts{
+      comm_->reduce(s.data(), rank_ == root ? s.data() : nullptr, count(t), dtype, op, root)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::REDUCE, "kizuna:reduce", tensors);
+  std::vector<Staged> results;
+  if (rank_ == root) results.push_back(s);
+  return launch(work, parts, copy_back(std::move(results)), {s.buffer});
+}
+
+WorkPtr TorchComm::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                             const c10d::AllgatherOptions& opts) {
+  constexpr const char* kCall = "allgather";
+  at::Tensor& in = single(inputs, kCall);
+  const DataType dtype = data_type(in, kCall);
+  TORCH_CHECK(outputs.size() == 1, "kizuna: ", kCall, " takes one output list per process, got ",
+              outputs.size());
+  std::vector<at::Tensor>& outs = outputs[0];
+  TORCH_CHECK(static_cast<int>(outs.size()) == size_, "kizuna: ", kCall, ": the output list has ",
+              outs.size(), " tensors; it needs one per rank (", size_, ")");
+  for (const at::Tensor& o : outs) check_like(o, in, "an output tensor", kCall);
+  if (!in.is_contiguous()) settle();
+  const at::Tensor send = in.contiguous();
+  // Gathered into one buffer (rank r's block at r * numel), then copied out.
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  std::vector<kizuna::Work> parts{comm_->all_gather(send.data_ptr(), flat.data_ptr(), count(in), dtype)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLGATHER, "kizuna:all_gather", outs);
+  return launch(
+      work, parts,
+      [flat, outs] {
+        for (std::size_t r = 0; r < outs.size(); ++r) outs[r].copy_(slot(flat, r, outs[r]));
+      },
+      {send});
+}
+
+WorkPtr TorchComm::allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  constexpr const char* kCall = "_allgather_base";
+  const DataType dtype = data_type(input, kCall);
+  check_tensor(output, kCall);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "kizuna: ", kCall, ": output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK(output.numel() == size_ * input.numel(), "kizuna: ", kCall, ": the output has ",
+              output.numel(), " elements; it needs group size x input = ", size_, " x ", input.numel());
+  if (!input.is_contiguous()) settle();
+  const at::Tensor send = input.contiguous();
+  Staged out{output, output.contiguous()};
+  std::vector<kizuna::Work> parts{comm_->all_gather(send.data_ptr(), out.data(), count(input), dtype)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::_ALLGATHER_BASE, "kizuna:_allgather_base",
+                                              std::vector<at::Tensor>{output});
+  return launch(work, parts, copy_back({out}), {send});
+}
+
+WorkPtr TorchComm::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                          const c10d::GatherOptions& opts) {
+  constexpr const char* kCall = "gather";
+  at::Tensor& in = single(inputs, kCall);
+  const DataType dtype = data_type(in, kCall);
+  check_root(opts.rootRank, size_, kCall);
+  const int root = static_cast<int>(opts.rootRank);
+  if (!in.is_contiguous()) settle();
+  const at::Tensor send = in.contiguous();
+  std::vector<kizuna::Work> parts;
+  if (rank_ != root) {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "kizuna: ", kCall,
+                ": only the root rank passes output tensors");
+    parts.push_back(comm_->send(send.data_ptr(), count(in), dtype, root));
+    auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::GATHER, "kizuna:gather",
+                                                std::vector<at::Tensor>{});
+    return launch(work, parts, nullptr, {send});
+  }
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "kizuna: ", kCall,
+              ": the root needs one output list with one tensor per rank (", size_, ")");
+  std::vector<at::Tensor>& outs = outputs[0];
+  for (const at::Tensor& o : outs) check_like(o, in, "an output tensor", kCall);
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  for (int r = 0; r < size_; ++r)
+    if (r != root) parts.push_back(comm_->recv(slot(flat, r, in).data_ptr(), count(in), dtype, r));
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::GATHER, "kizuna:gather", outs);
+  // The root's own block needs no message: copied once the others arrived.
+  return launch(work, parts, [send, flat, outs, root] {
+    for (std::size_t r = 0; r < outs.size(); ++r)
+      outs[r].copy_(static_cast<int>(r) == root ? send.view(outs[r].sizes()) : slot(flat, r, outs[r]));
+  });
+}
+
+WorkPtr TorchComm::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                           const c10d::ScatterOptions& opts) {
+  constexpr const char* kCall = "scatter";
+  at::Tensor& out = single(outputs, kCall);
+  const DataType dtype = data_type(out, kCall);
+  check_root(opts.rootRank, size_, kCall);
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<kizuna::Work> parts;
+  if (rank_ != root) {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "kizuna: ", kCall,
+                ": only the root rank passes input tensors");
+    Staged s{out, out.contiguous()};
+    parts.push_back(comm_->recv(s.data(), count(out), dtype, root));
+    auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SCATTER, "kizuna:scatter", outputs);
+    return launch(work, parts, copy_back({s}));
+  }
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "kizuna: ", kCall,
+              ": the root needs one input list with one tensor per rank (", size_, ")");
+  std::vector<at::Tensor> sends;
+  for (const at::Tensor& i : inputs[0]) {
+    check_like(i, out, "an input tensor", kCall);
+    if (!i.is_contiguous()) settle();
+    sends.push_back(i.contiguous());
+  }
+  for (int r = 0; r < size_; ++r)
+    if (r != root) parts.push_back(comm_->send(sends[r].data_ptr(), count(out), dtype, r));
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SCATTER, "kizuna:scatter", outputs);
+  return launch(work, parts, [sends, out, root] { out.copy_(sends[root].view(out.sizes())); });
+}
+
+WorkPtr TorchComm::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                  std::vector<std::vector<at::Tensor>>& inputs,
+                                  const c10d::ReduceScatterOptions& opts) {
+  constexpr const char* kCall = "reduce_scatter";
+  at::Tensor& out = single(outputs, kCall);
+  const DataType dtype = data_type(out, kCall);
+  const kizuna::ReduceOp op = reduce_op(opts.reduceOp, out, kCall);
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "kizuna: ", kCall,
+              ": needs one input list with one tensor per rank (", size_, ")");
+  for (const at::Tensor& i : inputs[0]) check_like(i, out, "an input tensor", kCall);
+  // The blocks packed end to end, block r for rank r.
+  settle();
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * out.numel()}, out.options());
+  for (int r = 0; r < size_; ++r) slot(flat, r, out).copy_(inputs[0][r].reshape(out.sizes()));
+  Staged s{out, out.contiguous()};
+  std::vector<kizuna::Work> parts{comm_->reduce_scatter(flat.data_ptr(), s.data(), count(out), dtype, op)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::REDUCE_SCATTER, "kizuna:reduce_scatter",
+                                              outputs);
+  return launch(work, parts, copy_back({s}), {flat});
+}
+
+WorkPtr TorchComm::reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                       const c10d::ReduceScatterOptions& opts) {
+  constexpr const char* kCall = "_reduce_scatter_base";
+  const DataType dtype = data_type(input, kCall);
+  check_tensor(output, kCall);
+  const kizuna::ReduceOp op = reduce_op(opts.reduceOp, input, kCall);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "kizuna: ", kCall, ": output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK(input.numel() == size_ * output.numel(), "kizuna: ", kCall, ": the input has ",
+              input.numel(), " elements; it needs group size x output = ", size_, " x ", output.numel());
+  if (!input.is_contiguous()) settle();
+  const at::Tensor send = input.contiguous();
+  Staged out{output, output.contiguous()};
+  std::vector<kizuna::Work> parts{comm_->reduce_scatter(send.data_ptr(), out.data(), count(output), dtype, op)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::_REDUCE_SCATTER_BASE,
+                                              "kizuna:_reduce_scatter_base", std::vector<at::Tensor>{output});
+  return launch(work, parts, copy_back({out}), {send});
+}
+
+std::vector<kizuna::Work> TorchComm::exchange(const std::vector<Block>& sends, const std::vector<Block>& recvs,
+                                              DataType dtype) {
+  // Round-robin tournament ("circle method") over N = size rounded up to
+  // even; rank N-1 sits still, the others rotate. In round k, rank i meets
+  //   N-1        if i == k
+  //   k          if i == N-1
+  //   2k - i     (mod N-1) otherwise,
+  // so every round pairs each rank with exactly one other (or with the
+  // phantom rank `size` when size is odd: a bye), and the N-1 rounds meet
+  // every pair once. Within a pair the lower rank sends first and the higher
+  // receives first: no cycle of waiting sends can form.
+  //
+  //   size 4, N 4:  round 0: 0-3 1-2   round 1: 1-3 0-2   round 2: 2-3 0-1
+  std::vector<kizuna::Work> parts;
+  const int n = size_ % 2 == 0 ? size_ : size_ + 1;
+  for (int k = 0; k < n - 1; ++k) {
+    int peer;
+    if (rank_ == n - 1)
+      peer = k;
+    else if (rank_ == k)
+      peer = n - 1;
+    else
+      peer = ((2 * k - rank_) % (n - 1) + (n - 1)) % (n - 1);
+    if (peer >= size_) continue;  // a bye
+    const Block& out = sends[peer];
+    const Block& in = recvs[peer];
+    auto send = [&] {
+      if (out.count) parts.push_back(comm_->send(out.data, out.count, dtype, peer));
+    };
+    auto recv = [&] {
+      if (in.count) parts.push_back(comm_->recv(in.data, in.count, dtype, peer));
+    };
+    if (rank_ < peer) {
+      send();
+      recv();
+    } else {
+      recv();
+      send();
+    }
+  }
+  return parts;
+}
+
+WorkPtr TorchComm::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                 std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  constexpr const char* kCall = "alltoall_base";
+  const DataType dtype = data_type(input, kCall);
+  check_tensor(output, kCall);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "kizuna: ", kCall, ": output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK(input.dim() > 0 && output.dim() > 0, "kizuna: ", kCall, ": tensors need at least one dimension");
+  // Splits count rows (dim 0); none given: equal splits.
+  auto blocks = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+    TORCH_CHECK(splits.empty() || static_cast<int>(splits.size()) == size_, "kizuna: ", kCall, ": ", which,
+                " has ", splits.size(), " sizes for a group of ", size_);
+    TORCH_CHECK(!splits.empty() || t.size(0) % size_ == 0, "kizuna: ", kCall, ": dim 0 of the ", which,
+                " tensor (", t.size(0), ") does not divide equally among ", size_, " ranks");
+    const int64_t row = t.size(0) ? t.numel() / t.size(0) : 0;
+    std::vector<std::pair<int64_t, int64_t>> out;  // (offset, count) in elements
+    int64_t offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t rows = splits.empty() ? t.size(0) / size_ : splits[r];
+      TORCH_CHECK(rows >= 0, "kizuna: ", kCall, ": negative split size ", rows);
+      out.emplace_back(offset, rows * row);
+      offset += rows * row;
+    }
+    TORCH_CHECK(offset == t.numel(), "kizuna: ", kCall, ": the ", which, " sizes add up to ",
+                offset / std::max<int64_t>(row, 1), " rows but the tensor has ", t.size(0));
+    return out;
+  };
+  const auto in_blocks = blocks(input, input_splits, "input_split_sizes");
+  const auto out_blocks = blocks(output, output_splits, "output_split_sizes");
+  if (!input.is_contiguous()) settle();
+  const at::Tensor send = input.contiguous();
+  Staged out{output, output.contiguous()};
+  const std::size_t elem = send.element_size();
+  std::vector<Block> sends(size_), recvs(size_);
+  for (int r = 0; r < size_; ++r) {
+    sends[r] = {static_cast<char*>(send.data_ptr()) + in_blocks[r].first * elem,
+                static_cast<std::size_t>(in_blocks[r].second)};
+    recvs[r] = {static_cast<char*>(out.data()) + out_blocks[r].first * elem,
+                static_cast<std::size_t>(out_blocks[r].second)};
+  }
+  const std::pair<int64_t, int64_t> mine_in = in_blocks[rank_], mine_out = out_blocks[rank_];
+  TORCH_CHECK(mine_in.second == mine_out.second, "kizuna: ", kCall, ": this rank sends itself ",
+              mine_in.second, " elements but expects ", mine_out.second);
+  std::vector<kizuna::Work> parts = exchange(sends, recvs, dtype);
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLTOALL_BASE, "kizuna:alltoall_base",
+                                              std::vector<at::Tensor>{output});
+  // The block to itself is copied last, after the calls queued before this
+  // one have finished with the input (see "Ordering of staging copies").
+  return launch(work, parts, [send, out, mine_in, mine_out] {
+    const at::Tensor src = send.view({-1}).narrow(0, mine_in.first, mine_in.second);
+    out.buffer.view({-1}).narrow(0, mine_out.first, mine_out.second).copy_(src);
+    if (out.copied()) out.original.copy_(out.buffer);
+  });
+}
+
+WorkPtr TorchComm::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                            const c10d::AllToAllOptions& opts) {
+  constexpr const char* kCall = "alltoall";
+  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+              "kizuna: ", kCall, ": needs one input and one output tensor per rank (", size_, "), got ",
+              inputs.size(), " and ", outputs.size());
+  const DataType dtype = data_type(inputs[0], kCall);
+  std::vector<at::Tensor> sends;
+  std::vector<Staged> recvs;
+  std::vector<Block> send_blocks(size_), recv_blocks(size_);
+  for (int r = 0; r < size_; ++r) {
+    check_tensor(inputs[r], kCall);
+    check_tensor(outputs[r], kCall);
+    TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
+                    outputs[r].scalar_type() == inputs[0].scalar_type(),
+                "kizuna: ", kCall, ": all tensors must have one dtype");
+    if (!inputs[r].is_contiguous()) settle();
+    sends.push_back(inputs[r].contiguous());
+    recvs.push_back(Staged{outputs[r], outputs[r].contiguous()});
+    send_blocks[r] = {sends[r].data_ptr(), count(sends[r])};
+    recv_blocks[r] = {recvs[r].data(), count(recvs[r].buffer)};
+  }
+  TORCH_CHECK(inputs[rank_].numel() == outputs[rank_].numel(), "kizuna: ", kCall,
+              ": this rank's own input and output blocks differ in size");
+  std::vector<kizuna::Work> parts = exchange(send_blocks, recv_blocks, dtype);
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLTOALL, "kizuna:alltoall", outputs);
+  const int self = rank_;
+  return launch(work, parts, [sends, recvs, self] {
+    recvs[self].buffer.view({-1}).copy_(sends[self].view({-1}));
+    copy_back(recvs)();
+  });
+}
+
+WorkPtr TorchComm::barrier(const c10d::BarrierOptions& opts) {
+  std::vector<kizuna::Work> parts{comm_->barrier()};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::BARRIER, "kizuna:barrier",
+                                              std::vector<at::Tensor>{});
+  return launch(work, parts, nullptr);
+}
+
+WorkPtr TorchComm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  constexpr const char* kCall = "send";
+  at::Tensor& t = single(tensors, kCall);
+  const DataType dtype = data_type(t, kCall);
+  check_tag(tag, kCall);
+  if (!t.is_contiguous()) settle();
+  const at::Tensor buffer = t.contiguous();
+  std::vector<kizuna::Work> parts{comm_->send(buffer.data_ptr(), count(t), dtype, dst)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SEND, "kizuna:send", tensors);
+  return launch(work, parts, nullptr, {buffer});
+}
+
+WorkPtr TorchComm::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  constexpr const char* kCall = "recv";
+  at::Tensor& t = single(tensors, kCall);
+  const DataType dtype = data_type(t, kCall);
+  check_tag(tag, kCall);
+  Staged s{t, t.contiguous()};
+  std::vector<kizuna::Work> parts{comm_->recv(s.data(), count(t), dtype, src)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::RECV, "kizuna:recv", tensors, src);
+  return launch(work, parts, copy_back({s}));
+}
+
+}  // namespace kizuna_torch

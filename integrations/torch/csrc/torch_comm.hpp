@@ -1,0 +1,119 @@
+// integrations/torch/csrc/torch_comm.hpp: a kizuna Communicator speaking
+// torch's language: at::Tensor arguments, c10d's *Options structs, and
+// c10d::Work handles.
+//
+// TorchComm is everything the torch.distributed backend does, written
+// against the parts of c10d that torch 1.13 and 2.x share (Store, Work, the
+// *Options structs, ReduceOp). The torch-version-specific class
+// (process_group_kizuna.cpp: a c10d::ProcessGroup in 1.13, a c10d::Backend
+// in 2.x) only forwards its virtual methods here.
+//
+// Construction is collective: every rank of the group builds a TorchComm
+// from the same c10d store (torch's per-group PrefixStore) and it returns
+// once the kizuna Communicator is connected, or throws after `timeout`.
+// The communicator's name is "kizuna/pg<N>" under that prefix, N counting
+// the process groups this rank has created under the same prefix, so a group
+// destroyed and re-created over one store never meets the old keys.
+//
+// Calls: each returns a KizunaWork at once; kizuna runs them in call order
+// on its worker (like Gloo's, and like a CUDA stream), so all ranks must
+// make the same calls in the same order. Tensors must be CPU, strided
+// (dense), of a supported dtype (float16, bfloat16, float32, float64, int8,
+// uint8, int32, int64, bool); one tensor per process per call (torch's
+// Python API always passes one). Non-contiguous tensors are staged through a
+// contiguous copy and the result copied back. Argument errors raise at the
+// call, naming the call; failures while running fail the Work (see
+// kizuna_work.hpp).
+//
+// Ordering of staging copies: a copy of an input made at call time must see
+// the results of the calls before it (a tensor reduced by an async
+// all_reduce and then sent), so a call that stages an input first waits for
+// the calls still queued. Calls on contiguous tensors never wait.
+//
+// Point to point: kizuna matches send/recv in call order between each pair
+// of ranks; tags are not supported (tag must be 0). all-to-all, gather and
+// scatter are built from send/recv: all-to-all as n-1 rounds of a
+// round-robin tournament (each round a perfect matching of the ranks, the
+// lower rank of each pair sending first), which cannot deadlock even though
+// each rank runs its sends and receives one at a time.
+//
+// Per-call timeouts (opts.timeout) are not used: every collective runs under
+// the group's timeout (init_process_group's), which kizuna enforces.
+#pragma once
+
+#include "kizuna_work.hpp"
+
+#include <kizuna/comm.hpp>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace kizuna_torch {
+
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+class TorchComm {
+ public:
+  TorchComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+            std::chrono::milliseconds timeout);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::shared_ptr<kizuna::Communicator>& communicator() const { return comm_; }
+
+  WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
+  WorkPtr allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts);
+  WorkPtr broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts);
+  WorkPtr reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts);
+  WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                    const c10d::AllgatherOptions& opts);
+  WorkPtr allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts);
+  WorkPtr gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                 const c10d::GatherOptions& opts);
+  WorkPtr scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                  const c10d::ScatterOptions& opts);
+  WorkPtr reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                         const c10d::ReduceScatterOptions& opts);
+  WorkPtr reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts);
+  WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                        std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts);
+  WorkPtr alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                   const c10d::AllToAllOptions& opts);
+  WorkPtr barrier(const c10d::BarrierOptions& opts);
+  WorkPtr send(std::vector<at::Tensor>& tensors, int dst, int tag);
+  WorkPtr recv(std::vector<at::Tensor>& tensors, int src, int tag);
+
+ private:
+  // One block of an exchange: `count` elements at `data` to or from `peer`.
+  struct Block {
+    void* data = nullptr;
+    std::size_t count = 0;
+  };
+  // The send/recv pairs of an all-to-all, in tournament order; blocks
+  // indexed by peer (this rank's own entries are ignored).
+  std::vector<kizuna::Work> exchange(const std::vector<Block>& sends, const std::vector<Block>& recvs,
+                                     kizuna::DataType dtype);
+  // Queues `work`'s parts and starts it; `epilogue` runs once they all
+  // succeeded, and `keep` (staging buffers the parts read or write) lives
+  // until then.
+  WorkPtr launch(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
+                 std::function<void()> epilogue, std::vector<at::Tensor> keep = {});
+  // Waits for every call queued so far (see "Ordering of staging copies").
+  void settle();
+  // Records the last kizuna Work queued.
+  void queued(const std::vector<kizuna::Work>& parts);
+
+  int rank_;
+  int size_;
+  std::shared_ptr<kizuna::Communicator> comm_;
+  std::mutex last_mutex_;
+  kizuna::Work last_;
+};
+
+}  // namespace kizuna_torch

@@ -1,0 +1,84 @@
+"""Launches test workers as separate processes, the way torchrun does.
+
+Each worker is a Python script run by this interpreter with the launcher's
+variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+MASTER_ADDR, MASTER_PORT) and prints one line ``RESULT <json>`` on success.
+A worker that fails prints its traceback; run() then fails the test with
+every rank's output.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORKERS = HERE / "workers"
+SOURCE = HERE.parent
+
+
+def free_port():
+    """A port the kernel just handed out (bind port 0, read it, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(extra=None):
+    env = dict(os.environ)
+    # One intra-op thread per rank: the ranks already outnumber the cores.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(HERE), env.get("PYTHONPATH", "")] if p)
+    env.update(extra or {})
+    return env
+
+
+def start(script, world_size, args=(), env=None, port=None):
+    """Starts `world_size` ranks of workers/<script>; returns the Popens."""
+    port = port or free_port()
+    procs = []
+    for rank in range(world_size):
+        e = worker_env(env)
+        e.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                 LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0",
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, str(WORKERS / script), *map(str, args)], env=e,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def collect(procs, timeout, expect_rc=None):
+    """Waits for every rank; returns [(returncode, result dict or None, stdout, stderr)]."""
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, err = p.communicate()
+            out += "\n[harness: killed after timeout]"
+        result = None
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT "):])
+        outs.append((p.returncode, result, out, err))
+    return outs
+
+
+def report(outs):
+    return "\n".join(
+        f"--- rank {r}: rc {rc}\nstdout:\n{out[-4000:]}\nstderr:\n{err[-6000:]}"
+        for r, (rc, _, out, err) in enumerate(outs))
+
+
+def run(script, world_size, args=(), env=None, timeout=150):
+    """Runs a worker on every rank; fails unless all exit 0 with a RESULT."""
+    outs = collect(start(script, world_size, args, env), timeout)
+    ok = all(rc == 0 and res is not None for rc, res, _, _ in outs)
+    assert ok, f"{script} x{world_size} failed\n" + report(outs)
+    return [res for _, res, _, _ in outs]
