@@ -19,6 +19,8 @@ packages=(
   openmpi-bin iproute2
   # kizuna-train: OpenBLAS GEMMs, zlib for the gzip IDX files, Fashion-MNIST, --plot
   libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
+  # the torch.distributed backend (integrations/torch) and its pytest tests
+  python3-torch libtorch-dev pybind11-dev python3-pytest
 )
 
 missing=()
