@@ -196,4 +196,81 @@ DataSplits make_random_regression(const RandomDataOptions& o) {
   return s;
 }
 
+namespace {
+
+// The fixed part of a broadcast data set, as int64 words.
+enum HeaderWord { kOk, kCode, kMessageBytes, kTask, kFeatures, kOutputs, kTrainSize, kTestSize, kNameBytes, kWords };
+
+void broadcast_split(Communicator& comm, Dataset& d, int root) {
+  comm.broadcast(d.inputs.data(), d.inputs.size(), DataType::Float32, root).wait();
+  if (d.task == Loss::CrossEntropy)
+    comm.broadcast(d.labels.data(), d.labels.size(), DataType::Int32, root).wait();
+  else
+    comm.broadcast(d.targets.data(), d.targets.size(), DataType::Float32, root).wait();
+}
+
+void shape_split(Dataset& d, const std::int64_t* h, std::size_t size) {
+  d.task = h[kTask] == 0 ? Loss::CrossEntropy : Loss::MeanSquaredError;
+  d.size = size;
+  d.features = static_cast<int>(h[kFeatures]);
+  d.outputs = static_cast<int>(h[kOutputs]);
+  d.inputs.resize(size * d.features);
+  if (d.task == Loss::CrossEntropy)
+    d.labels.resize(size);
+  else
+    d.targets.resize(size * d.outputs);
+}
+
+}  // namespace
+
+DataSplits broadcast_data(Communicator& comm, const std::function<DataSplits()>& load, int root) {
+  if (comm.size() == 1) return load();
+  const bool me = comm.rank() == root;
+  DataSplits s;
+  std::int64_t h[kWords] = {};
+  std::string message, names;
+  std::exception_ptr failure;
+  if (me) {
+    try {
+      s = load();
+      h[kOk] = 1;
+      h[kTask] = s.train.task == Loss::CrossEntropy ? 0 : 1;
+      h[kFeatures] = s.train.features;
+      h[kOutputs] = s.train.outputs;
+      h[kTrainSize] = static_cast<std::int64_t>(s.train.size);
+      h[kTestSize] = static_cast<std::int64_t>(s.test.size);
+      names = s.train.name + "\n" + s.test.name;
+      h[kNameBytes] = static_cast<std::int64_t>(names.size());
+    } catch (const Error& e) {
+      failure = std::current_exception();
+      message = e.what();
+      h[kCode] = static_cast<std::int64_t>(e.code());
+    } catch (const std::exception& e) {
+      failure = std::current_exception();
+      message = e.what();
+      h[kCode] = static_cast<std::int64_t>(ErrorCode::Internal);
+    }
+    h[kMessageBytes] = static_cast<std::int64_t>(message.size());
+  }
+  comm.broadcast(h, kWords, DataType::Int64, root).wait();
+  if (!h[kOk]) {
+    message.resize(static_cast<std::size_t>(h[kMessageBytes]));
+    if (!message.empty()) comm.broadcast(message.data(), message.size(), DataType::UInt8, root).wait();
+    if (me) std::rethrow_exception(failure);
+    KIZUNA_THROW(static_cast<ErrorCode>(h[kCode]), "rank ", root, " could not load the data set: ", message);
+  }
+  names.resize(static_cast<std::size_t>(h[kNameBytes]));
+  if (!names.empty()) comm.broadcast(names.data(), names.size(), DataType::UInt8, root).wait();
+  if (!me) {
+    shape_split(s.train, h, static_cast<std::size_t>(h[kTrainSize]));
+    shape_split(s.test, h, static_cast<std::size_t>(h[kTestSize]));
+    const auto nl = names.find('\n');
+    s.train.name = names.substr(0, nl);
+    s.test.name = nl == std::string::npos ? "" : names.substr(nl + 1);
+  }
+  broadcast_split(comm, s.train, root);
+  broadcast_split(comm, s.test, root);
+  return s;
+}
+
 }  // namespace kizuna::mlp
