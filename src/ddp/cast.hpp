@@ -1,11 +1,11 @@
 // ddp/cast.hpp: the compression hooks' conversions between a bucket's
 // float32/float64 gradients and the 16-bit floats that travel.
 //
-// Rounding is to nearest even, with the codecs of kernels/reduce.cuh (the
-// ones every reduction uses), so a value that survives a round trip is the
-// one the communicator would have produced. float64 goes through float32
-// on the way down (a second rounding, far below 16-bit precision).
-// Pure loops, compiled at -O3 so they vectorise; thread-safe.
+// Rounding is to nearest even, as in the codecs of kernels/reduce.cuh (the
+// ones every reduction uses); float32 <-> float16 uses the CPU's F16C
+// instructions where it has them (same rounding). float64 goes through
+// float32 on the way down (a second rounding, far below 16-bit precision).
+// Vectorised loops (see cast.cpp); thread-safe.
 #pragma once
 
 #include <kizuna/types.hpp>

@@ -188,11 +188,19 @@ struct Reducer::Impl {
     if (comm->rank() == 0) std::copy(ready_order.begin(), ready_order.end(), order.begin());
     comm->broadcast(order.data(), order.size(), DataType::UInt64, 0).wait();
     const std::vector<std::size_t> agreed(order.begin(), order.end());
-    const std::size_t before = buckets.size();
-    build_buckets(agreed);
     rebuilt = true;
     ready_order.clear();
     ready_order.shrink_to_fit();
+    // The same buckets again (backward followed registration order): keep
+    // them, with the staging and scratch memory they have already faulted in.
+    const auto specs =
+        assign_buckets(views, agreed, options.first_bucket_bytes, options.bucket_cap_bytes);
+    bool same = specs.size() == buckets.size();
+    for (std::size_t b = 0; same && b < specs.size(); ++b)
+      same = specs[b].parameters == buckets[b].parameters();
+    if (same) return;
+    const std::size_t before = buckets.size();
+    build_buckets(agreed);
     KIZUNA_LOG(Info) << "Reducer: rebuilt " << before << " buckets as " << buckets.size()
                      << " in rank 0's ready order";
   }
