@@ -9,7 +9,9 @@
 
 // Runtime dispatch: GCC compiles each KIZUNA_CLONES function for three
 // instruction sets and an ifunc resolver picks one when libkizuna loads.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Sanitizer builds go without: ifunc resolvers run before the sanitizer
+// runtime is up and crash it.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(KIZUNA_NO_CLONES)
 #define KIZUNA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define KIZUNA_HAVE_CLONES 1
 #else
