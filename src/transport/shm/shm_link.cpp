@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <exception>
 
 #include "core/check.hpp"
 #include "core/reduce.hpp"
@@ -45,6 +46,10 @@ class ShmLink final : public Link {
 
   std::uint64_t post_send(const void* data, std::size_t bytes, const MessageTag& tag) override {
     check_open();
+    if (gone_) {
+      closed_.store(true);
+      std::rethrow_exception(gone_);
+    }
     sendq_.push_back({static_cast<const unsigned char*>(data), bytes, tag, 0, false});
     return ++posted_;
   }
@@ -59,6 +64,7 @@ class ShmLink final : public Link {
     recv_active_ = true;
     recv_complete_ = false;
     started_ = false;
+    if (gone_) check_control();  // only what the peer left in the ring can come
   }
 
   bool recv_done() const override { return recv_complete_; }
@@ -96,15 +102,30 @@ class ShmLink final : public Link {
     bool started;      // at least one slot published (an empty message needs one)
   };
 
-  // Progresses the control connection: its end-of-file or an abort notice
-  // on it becomes this link's error (and its notice this link's).
+  // Progresses the control connection. An abort notice on it becomes this
+  // link's error (and its notice this link's). Its end-of-file means the
+  // peer has gone, which is an error only when this link still needs the
+  // peer: a receive the ring cannot satisfy, or a send. A peer that leaves
+  // after its last collective is no failure of ranks still finishing theirs.
   void check_control() {
-    try {
-      control_->progress();
-    } catch (const Error&) {
-      if (const AbortNotice* notice = control_->received_abort()) received_abort_ = *notice;
+    if (!gone_) {
+      try {
+        control_->progress();
+        return;
+      } catch (const Error&) {
+        if (const AbortNotice* notice = control_->received_abort()) {
+          received_abort_ = *notice;
+          closed_.store(true);
+          throw;
+        }
+        gone_ = std::current_exception();
+      }
+    }
+    // What the peer published before leaving is visible now: read it first.
+    progress_recv();
+    if ((recv_active_ && !recv_complete_) || !sendq_.empty()) {
       closed_.store(true);
-      throw;
+      std::rethrow_exception(gone_);
     }
   }
 
@@ -215,6 +236,7 @@ class ShmLink final : public Link {
   std::vector<unsigned char*> out_slots_;
   std::unique_ptr<Link> control_;
   std::atomic<bool> closed_{false};
+  std::exception_ptr gone_;  // the control connection's end, once seen
   std::uint32_t idle_ = 0;
 
   std::deque<Pending> sendq_;

@@ -126,3 +126,33 @@ TEST_CASE("ShmLink: a wrong tag is a Mismatch; a dead peer is PeerLost", "[shm]"
     }
   }
 }
+
+TEST_CASE("ShmLink: a peer that leaves after its last message is no failure until it is needed", "[shm]") {
+  ShmPair p;
+  int v = 7, w = 0;
+  p.a->post_send(&v, 4, {3, 0});
+  pump(p, [&] { return p.a->send_idle(); });
+  p.a.reset();  // rank 0 is done and leaves; rank 1 has not read its message yet
+  // Idle, rank 1 does not need rank 0: watching it is no error.
+  p.b->check_peer();
+  CHECK_NOTHROW(p.b->progress());
+  // What rank 0 published before leaving still arrives.
+  p.b->post_recv({&w, nullptr, 4, DataType::Int32, ReduceOp::Sum}, {3, 0});
+  for (int i = 0; i < 1000 && !p.b->recv_done(); ++i) p.b->progress();
+  CHECK(w == 7);
+  // Anything more from (or for) rank 0 can never come: PeerLost at once.
+  try {
+    p.b->post_recv({&w, nullptr, 4, DataType::Int32, ReduceOp::Sum}, {4, 0});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::PeerLost);
+  }
+}
+
+TEST_CASE("ShmLink: a send to a peer that has left is PeerLost", "[shm]") {
+  ShmPair p;
+  p.a.reset();
+  p.b->check_peer();
+  int v = 1;
+  CHECK_THROWS_AS(p.b->post_send(&v, 4, {1, 0}), Error);
+}
