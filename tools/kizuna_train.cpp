@@ -142,7 +142,7 @@ int run(const train::CliOptions& o) {
   }
 
   // How much of the communication backward hides (mlp/trainer.hpp).
-  const int rounds = o.measure_overlap >= 0 ? o.measure_overlap : (world > 1 ? 20 : 0);
+  const int rounds = o.measure_overlap >= 0 ? o.measure_overlap : (world > 1 ? 50 : 0);
   const mlp::Trainer::Overlap overlap = trainer.measure_overlap(rounds);
 
   if (leader) {

@@ -106,7 +106,8 @@ class Reducer {
   // Waits for every bucket; then the gradients hold the result.
   void finalize();
 
-  // RAII guard of a gradient-accumulation scope; see above. Guards nest.
+  // RAII guard of a gradient-accumulation scope; see above. Guards nest; a
+  // guard must not outlive its Reducer.
   class NoSync {
    public:
     NoSync(NoSync&& other) noexcept;

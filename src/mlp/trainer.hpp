@@ -163,7 +163,8 @@ class Trainer {
   //   compute     under Reducer::no_sync(): nothing is communicated
   //   overlapped  as in training: buckets reduce while backward runs
   //   comm        measure_communication(): all-reduces alone
-  // each the slowest rank's mean per step. hidden = (compute + comm -
+  // each the slowest rank's mean per step, the modes taking turns in five
+  // rounds and each reporting its median round. hidden = (compute + comm -
   // overlapped) / comm, clamped to [0, 1]: 1 when the step costs no more
   // than its compute, 0 when it costs compute + comm. Collective; leaves
   // the gradients undefined.

@@ -289,7 +289,7 @@ void TcpStore::Impl::handshake(Clock::time_point deadline) {
     wire::Reply refusal;
     if (!wire::decode(header, body, limits, refusal, error)) refusal.message = error;
     KIZUNA_THROW(ErrorCode::Mismatch, "authentication failed at store ", address, ": ",
-                 refusal.message, " (the tokens differ)");
+                 refusal.message);
   }
   wire::AuthOk ok;
   if (!wire::decode(header, body, ok, error))

@@ -253,7 +253,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
         store::auth::client_proof(server_.token, server_nonce_, auth.client_nonce);
     if (!store::auth::equal(expected, auth.proof)) {
       refuse(Status::AuthFailed,
-             "authentication failed: the client's token does not match the store's",
+             "this client's token does not match the store's (KIZUNA_STORE_TOKEN differs)",
              "refused: authentication failed (a wrong token, or a replayed handshake)");
       return;
     }

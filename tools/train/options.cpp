@@ -141,7 +141,7 @@ const std::vector<Flag>& flags() {
       {"--target-accuracy", "A", "report the time at which test accuracy first reaches A",
        [](CliOptions& o, std::string_view v) { o.target_accuracy = real("--target-accuracy", v, 0, 1); }},
       {"--measure-overlap", "N",
-       "at the end, time N steps of compute alone, communication alone and both overlapped (default 20 with several ranks; 0: skip)",
+       "at the end, time N steps of compute alone, communication alone and both overlapped (default 50 with several ranks; 0: skip)",
        [](CliOptions& o, std::string_view v) { o.measure_overlap = integer("--measure-overlap", v, 0, 1 << 20); }},
   };
   return table;

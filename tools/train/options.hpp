@@ -33,7 +33,7 @@ struct CliOptions {
   std::string plot;
   int blas_threads = 1;
   double target_accuracy = 0;  // report when the test accuracy first reaches it
-  int measure_overlap = -1;    // steps of Trainer::measure_overlap at the end (-1: 20 when world > 1)
+  int measure_overlap = -1;    // steps of Trainer::measure_overlap at the end (-1: 50 when world > 1)
   bool help = false;
 };
 

@@ -6,8 +6,8 @@ For each world size, --runs times: start the ranks afresh; in those same
 processes create the default group with "kizuna" and a second group with
 "gloo"; train two DDP copies of one ~25M-parameter MLP (1024-4096-4096-1024,
 float32, CPU, SGD) on the same batches, plus a third copy without DDP (the
-compute floor: a step whose communication costs nothing), alternating
-blocks of steps between the three so that all see the same machine load;
+compute floor: a step whose communication costs nothing), taking steps of
+the three in turn so that all see the same machine load;
 report each one's median step time. overhead = DDP step - no-DDP step, the
 part of a step that communication adds. The table gives the median over
 runs (and every run's values). One intra-op thread per rank
@@ -63,14 +63,12 @@ def worker(args):
     for name in times:  # warm-up: buckets rebuilt after the first step, buffers faulted in
         for _ in range(2):
             step(name)
-    blocks = max(1, args.steps // 5)
-    for _ in range(blocks):
-        for name in times:
-            for _ in range(args.steps // blocks):
-                dist.barrier(group=gloo)
-                start = time.perf_counter()
-                step(name)
-                times[name].append(time.perf_counter() - start)
+    for _ in range(args.steps):
+        for name in times:  # round robin: slow drifts of the machine's load hit all three alike
+            dist.barrier(group=gloo)
+            start = time.perf_counter()
+            step(name)
+            times[name].append(time.perf_counter() - start)
     # Rank 0's view; each rank's step ends with the same all-reduce.
     med = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
     if rank == 0:

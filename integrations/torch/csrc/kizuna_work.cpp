@@ -1,5 +1,6 @@
 #include "kizuna_work.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/core/jit_type.h>
 
 #include <utility>
@@ -45,6 +46,7 @@ void KizunaWork::complete() {
     error = first_error_;
   }
   if (!error && epilogue_) {
+    const at::NoGradGuard no_grad;  // copies into tensors that may require grad
     try {
       epilogue_();
     } catch (...) {

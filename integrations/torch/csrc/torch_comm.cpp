@@ -108,6 +108,13 @@ void check_like(const at::Tensor& t, const at::Tensor& like, const char* what, c
 
 std::size_t count(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
+// Held for the whole of each call (see torch_comm.hpp, "Threading").
+struct CallScope {
+  explicit CallScope(std::mutex& m) : lock(m) {}
+  std::lock_guard<std::mutex> lock;
+  at::NoGradGuard no_grad;
+};
+
 // A tensor as kizuna needs it: contiguous memory. `buffer` is the tensor
 // itself when it is contiguous, else a contiguous copy.
 struct Staged {
@@ -155,21 +162,14 @@ TorchComm::TorchComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int
 }
 
 void TorchComm::queued(const std::vector<kizuna::Work>& parts) {
-  if (parts.empty()) return;
-  std::lock_guard lock(last_mutex_);
-  last_ = parts.back();
+  if (!parts.empty()) last_ = parts.back();
 }
 
 void TorchComm::settle() {
-  kizuna::Work last;
-  {
-    std::lock_guard lock(last_mutex_);
-    last = last_;
-  }
   // Calls run in order, so the last one done means all are. Its error, if
   // any, belongs to its own Work and is reported there.
   try {
-    last.wait();
+    last_.wait();
   } catch (...) {
   }
 }
@@ -184,6 +184,7 @@ WorkPtr TorchComm::launch(c10::intrusive_ptr<KizunaWork> work, std::vector<kizun
 }
 
 WorkPtr TorchComm::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "allreduce";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
@@ -197,6 +198,7 @@ WorkPtr TorchComm::allreduce(std::vector<at::Tensor>& tensors, const c10d::Allre
 
 WorkPtr TorchComm::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                        const c10d::AllreduceCoalescedOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "allreduce_coalesced";
   TORCH_CHECK(!tensors.empty(), "kizuna: ", kCall, ": no tensors given");
   const DataType dtype = data_type(tensors[0], kCall);
@@ -228,6 +230,7 @@ WorkPtr TorchComm::allreduce_coalesced(std::vector<at::Tensor>& tensors,
 }
 
 WorkPtr TorchComm::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "broadcast";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
@@ -242,6 +245,7 @@ WorkPtr TorchComm::broadcast(std::vector<at::Tensor>& tensors, const c10d::Broad
 }
 
 WorkPtr TorchComm::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "reduce";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
@@ -262,6 +266,7 @@ WorkPtr TorchComm::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOp
 
 WorkPtr TorchComm::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                              const c10d::AllgatherOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "allgather";
   at::Tensor& in = single(inputs, kCall);
   const DataType dtype = data_type(in, kCall);
@@ -286,6 +291,7 @@ WorkPtr TorchComm::allgather(std::vector<std::vector<at::Tensor>>& outputs, std:
 }
 
 WorkPtr TorchComm::allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "_allgather_base";
   const DataType dtype = data_type(input, kCall);
   check_tensor(output, kCall);
@@ -304,6 +310,7 @@ WorkPtr TorchComm::allgather_base(at::Tensor& output, at::Tensor& input, const c
 
 WorkPtr TorchComm::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                           const c10d::GatherOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "gather";
   at::Tensor& in = single(inputs, kCall);
   const DataType dtype = data_type(in, kCall);
@@ -337,6 +344,7 @@ WorkPtr TorchComm::gather(std::vector<std::vector<at::Tensor>>& outputs, std::ve
 
 WorkPtr TorchComm::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                            const c10d::ScatterOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "scatter";
   at::Tensor& out = single(outputs, kCall);
   const DataType dtype = data_type(out, kCall);
@@ -368,6 +376,7 @@ WorkPtr TorchComm::scatter(std::vector<at::Tensor>& outputs, std::vector<std::ve
 WorkPtr TorchComm::reduce_scatter(std::vector<at::Tensor>& outputs,
                                   std::vector<std::vector<at::Tensor>>& inputs,
                                   const c10d::ReduceScatterOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "reduce_scatter";
   at::Tensor& out = single(outputs, kCall);
   const DataType dtype = data_type(out, kCall);
@@ -388,6 +397,7 @@ WorkPtr TorchComm::reduce_scatter(std::vector<at::Tensor>& outputs,
 
 WorkPtr TorchComm::reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                        const c10d::ReduceScatterOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "_reduce_scatter_base";
   const DataType dtype = data_type(input, kCall);
   check_tensor(output, kCall);
@@ -450,6 +460,7 @@ std::vector<kizuna::Work> TorchComm::exchange(const std::vector<Block>& sends, c
 
 WorkPtr TorchComm::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
                                  std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "alltoall_base";
   const DataType dtype = data_type(input, kCall);
   check_tensor(output, kCall);
@@ -505,6 +516,7 @@ WorkPtr TorchComm::alltoall_base(at::Tensor& output, at::Tensor& input, std::vec
 
 WorkPtr TorchComm::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                             const c10d::AllToAllOptions& opts) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "alltoall";
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "kizuna: ", kCall, ": needs one input and one output tensor per rank (", size_, "), got ",
@@ -537,6 +549,7 @@ WorkPtr TorchComm::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Te
 }
 
 WorkPtr TorchComm::barrier(const c10d::BarrierOptions& opts) {
+  const CallScope scope(call_mutex_);
   std::vector<kizuna::Work> parts{comm_->barrier()};
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::BARRIER, "kizuna:barrier",
                                               std::vector<at::Tensor>{});
@@ -544,6 +557,7 @@ WorkPtr TorchComm::barrier(const c10d::BarrierOptions& opts) {
 }
 
 WorkPtr TorchComm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "send";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
@@ -556,6 +570,7 @@ WorkPtr TorchComm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
 }
 
 WorkPtr TorchComm::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  const CallScope scope(call_mutex_);
   constexpr const char* kCall = "recv";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);

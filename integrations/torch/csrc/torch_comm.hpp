@@ -37,6 +37,12 @@
 // lower rank of each pair sending first), which cannot deadlock even though
 // each rank runs its sends and receives one at a time.
 //
+// Threading: calls may come from several threads (DDP's autograd threads
+// and the Python thread). Each call holds a mutex from its checks to its
+// last enqueue, so that its parts are contiguous in kizuna's queue and the
+// record of the last one queued is exact. Staging copies run with autograd
+// off (like an optimizer's update), so tensors that require grad are fine.
+//
 // Per-call timeouts (opts.timeout) are not used: every collective runs under
 // the group's timeout (init_process_group's), which kizuna enforces.
 #pragma once
@@ -112,8 +118,8 @@ class TorchComm {
   int rank_;
   int size_;
   std::shared_ptr<kizuna::Communicator> comm_;
-  std::mutex last_mutex_;
-  kizuna::Work last_;
+  std::mutex call_mutex_;  // held by each call from its checks to its last enqueue
+  kizuna::Work last_;      // the last kizuna Work queued (guarded by call_mutex_)
 };
 
 }  // namespace kizuna_torch

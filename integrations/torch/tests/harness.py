@@ -78,7 +78,18 @@ def report(outs):
 
 def run(script, world_size, args=(), env=None, timeout=150):
     """Runs a worker on every rank; fails unless all exit 0 with a RESULT."""
-    outs = collect(start(script, world_size, args, env), timeout)
-    ok = all(rc == 0 and res is not None for rc, res, _, _ in outs)
-    assert ok, f"{script} x{world_size} failed\n" + report(outs)
-    return [res for _, res, _, _ in outs]
+    return run_together([(script, world_size)], args, env, timeout)[0]
+
+
+def run_together(jobs, args=(), env=None, timeout=150):
+    """Runs several (script, world size) jobs at the same time, each its own
+    process group; returns each job's RESULTs. Starting them together
+    overlaps their seconds of `import torch`."""
+    started = [(script, n, start(script, n, args, env)) for script, n in jobs]
+    results = []
+    for script, n, procs in started:
+        outs = collect(procs, timeout)
+        ok = all(rc == 0 and res is not None for rc, res, _, _ in outs)
+        assert ok, f"{script} x{n} failed\n" + report(outs)
+        results.append([res for _, res, _, _ in outs])
+    return results

@@ -1,18 +1,20 @@
 """Runs one pytest file for CTest: exit 77 (skipped) when torch or pytest is
-missing, otherwise pytest's own exit status."""
+missing, otherwise pytest's own exit status. torch is only looked for, not
+imported: the tests' worker processes import it, and importing it here too
+would cost seconds per file."""
 
+import importlib.util
 import sys
 
-try:
-    import pytest
-    import torch  # noqa: F401
-    import torch.distributed as dist
-except ImportError as e:
-    print(f"skipped: {e} (install python3-torch and python3-pytest)")
-    sys.exit(77)
+for module in ("pytest", "torch", "torch.distributed"):
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ImportError:
+        found = False
+    if not found:
+        print(f"skipped: Python module {module} not found (install python3-torch and python3-pytest)")
+        sys.exit(77)
 
-if not dist.is_available():
-    print("skipped: this torch was built without torch.distributed")
-    sys.exit(77)
+import pytest  # noqa: E402
 
 sys.exit(pytest.main([sys.argv[1], "-q", "-rs", "-p", "no:cacheprovider"] + sys.argv[2:]))

@@ -5,8 +5,7 @@ init_process_group) runs to the end with backend="kizuna"."""
 import re
 import subprocess
 import sys
-
-import torch
+import zipfile
 
 import harness
 
@@ -25,6 +24,8 @@ def test_ddp_tutorial_runs(tmp_path):
             assert re.search(rf"\[rank{rank}\] Epoch {epoch} \| Batchsize: 32 \| Steps: 32", proc.stdout), \
                 proc.stdout
     assert f"Epoch {epochs - 1} | Training checkpoint saved at checkpoint.pt" in proc.stdout
-    state = torch.load(tmp_path / "checkpoint.pt")
-    assert set(state) == {"weight", "bias"}
-    assert all(torch.isfinite(v).all() for v in state.values())
+    # The checkpoint rank 0 saved (torch.save's zip format, read without
+    # importing torch here): the Linear(20, 1)'s weight (20 float32) and bias (1).
+    with zipfile.ZipFile(tmp_path / "checkpoint.pt") as z:
+        sizes = sorted(i.file_size for i in z.infolist() if "/data/" in i.filename)
+    assert sizes == [4, 80], sizes

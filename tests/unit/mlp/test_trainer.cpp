@@ -388,3 +388,29 @@ TEST_CASE("broadcast_data hands rank 0's data set to every rank, or its error", 
   }
   CHECK_THAT(errors[1], Catch::Contains("rank 0 could not load the data set"));
 }
+
+TEST_CASE("measure_overlap times compute, communication and both without training", "[mlp][trainer]") {
+  // Times are not asserted (no timed assertions); what is checked is that
+  // the three modes ran, agree on every rank and left the weights alone.
+  const DataSplits data = blobs(64, 8, 6, 3, 2);
+  TrainOptions o = small_options(OptimizerKind::Sgd);
+  o.batch_size = 4;
+  auto comms = test::make_comms(2);
+  std::vector<Trainer::Overlap> got(2);
+  test::run_ranks(2, [&](int r) {
+    Trainer t(comms[r], data, o);
+    const std::vector<float> before(t.model().params(), t.model().params() + t.model().num_parameters());
+    got[r] = t.measure_overlap(10);
+    CHECK(std::vector<float>(t.model().params(), t.model().params() + t.model().num_parameters()) == before);
+    CHECK(t.step() == 0);
+  });
+  for (const auto& g : got) {
+    CHECK(g.compute_s > 0);
+    CHECK(g.overlapped_s > 0);
+    CHECK(g.comm_s > 0);
+    CHECK(g.hidden() >= 0);
+    CHECK(g.hidden() <= 1);
+  }
+  CHECK(got[0].compute_s == got[1].compute_s);  // the slowest rank's, on both
+  CHECK(got[0].comm_s == got[1].comm_s);
+}

@@ -99,7 +99,7 @@ def reference_all_reduce(x, op):
 
 # ---- all_reduce: every dtype x op x size, and non-contiguous tensors
 for dtype in DTYPES:
-    sizes = SIZES + ([LARGE] if dtype in (torch.float32, torch.bfloat16, torch.int64) else [])
+    sizes = SIZES + ([LARGE] if dtype == torch.float32 else [])
     for op in OPS:
         for n in sizes:
             name = f"all_reduce {dtype} {op} n={n}"
@@ -135,6 +135,14 @@ for dtype in [torch.float32, torch.int32, torch.float16]:
         dist.all_reduce_coalesced(gs, op=op, group=gloo)
         for j, (k, g) in enumerate(zip(ks, gs)):
             same(f"all_reduce_coalesced {dtype} {op} [{j}]", k, g)
+
+# tensors that require grad (a model's parameters): the copies in and out of
+# the packed buffer run with autograd off, as an optimizer's update does
+params = [make(torch.float32, 6).requires_grad_(), make(torch.float32, 4).requires_grad_()]
+dist.all_reduce_coalesced(params)
+for j, (p, n) in enumerate(zip(params, [6, 4])):
+    same(f"all_reduce_coalesced requires_grad [{j}]", p.detach(),
+         reference_all_reduce(make(torch.float32, n), R.SUM))
 
 # ---- broadcast from every root
 for dtype in DTYPES:

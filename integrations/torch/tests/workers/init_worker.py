@@ -1,7 +1,8 @@
 """Ways into backend "kizuna", process groups, the Work API and errors.
 
-1. env:// from torchrun-style variables (init_process_group("kizuna") with
-   no init_method), then new_group() subsets with their own communicators.
+Started by the real torchrun (torch.distributed.run).
+1. env:// from torchrun's variables (init_process_group("kizuna") with no
+   init_method), then new_group() subsets with their own communicators.
 2. tcp://host:port with explicit rank and world size (after
    destroy_process_group), 3. file://.
 4. The Work API of an async call.
@@ -32,6 +33,7 @@ def sum_of_ranks(group=None, ranks=None):
 dist.init_process_group("kizuna", timeout=TIMEOUT)
 rank, world = dist.get_rank(), dist.get_world_size()
 check.expect("env:// rank", rank == int(os.environ["RANK"]))
+check.expect("torchrun's LOCAL_RANK", int(os.environ["LOCAL_RANK"]) == rank)
 check.expect("backend name", dist.get_backend() == "kizuna", dist.get_backend())
 check.expect("env:// all_reduce", sum_of_ranks() == world * (world - 1) / 2)
 
@@ -53,6 +55,9 @@ dist.barrier()
 dist.destroy_process_group()
 
 # ---- 2. tcp:// with explicit rank and world size
+# (Under torchrun every rank would otherwise be a client of the agent's
+# store, which listens on MASTER_PORT, not on this port.)
+os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
 dist.init_process_group("kizuna", init_method=f"tcp://127.0.0.1:{os.environ['TCP_PORT']}",
                         rank=rank, world_size=world, timeout=TIMEOUT)
 check.expect("tcp:// all_reduce", sum_of_ranks() == world * (world - 1) / 2)
