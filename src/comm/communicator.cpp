@@ -298,15 +298,18 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // waits for; following those records from our awaited rank leads to the
   // rank that did not report: the one that is stuck (stopped, hung in user
   // code). Each hop waits at most a short grace for its record, since the
-  // other ranks time out at about the same moment.
+  // other ranks time out at about the same moment. Records are per rank,
+  // not per collective: ranks stuck behind one another may be one
+  // collective apart, and a communicator times out only once.
   Error explain_timeout(const Error& e, std::uint64_t seq) {
     const int awaited = live.awaiting.load();
     if (awaited < 0 || awaited >= world) return e;
     try {
       const auto grace = std::max(std::chrono::milliseconds(100), std::min(std::chrono::milliseconds(1000), timeout / 10));
-      const std::string base = name + "/stuck/" + std::to_string(seq) + "/";
-      options.store->set(base + std::to_string(rank),
-                         std::to_string(awaited) + " " + std::to_string(executor->last_seq_from(awaited)));
+      const std::string base = name + "/stuck/";
+      options.store->set(base + std::to_string(rank), std::to_string(awaited) + " " +
+                                                          std::to_string(executor->last_seq_from(awaited)) +
+                                                          " " + std::to_string(seq));
       std::ostringstream chain;
       std::vector<bool> seen(world, false);
       seen[rank] = true;
@@ -322,11 +325,11 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
           break;
         }
         int next = -1;
-        std::uint64_t last = 0;
-        std::istringstream(std::string(entry.begin(), entry.end())) >> next >> last;
+        std::uint64_t last = 0, in = 0;
+        std::istringstream(std::string(entry.begin(), entry.end())) >> next >> last >> in;
         if (next < 0 || next >= world) break;
-        chain << "; rank " << current << " waits for rank " << next << " (its last message from it was in #"
-              << last << ")";
+        chain << "; rank " << current << " waits for rank " << next << " in #" << in
+              << " (its last message from it was in #" << last << ")";
         current = next;
       }
       return Error(e.code(), std::string(e.what()) + chain.str());
