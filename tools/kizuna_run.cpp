@@ -45,6 +45,7 @@
 #include "run/options.hpp"
 #include "run/output.hpp"
 #include "run/rendezvous.hpp"
+#include "run/status.hpp"
 #include "run/workers.hpp"
 
 extern char** environ;
@@ -58,6 +59,7 @@ using std::chrono::milliseconds;
 
 // SIGTERM first; SIGKILL when a worker is still there this much later.
 constexpr milliseconds kStopGrace{5'000};
+constexpr milliseconds kFailGrace{3'000};  // for the others to fail on their own after the first
 
 // The variables kizuna-run sets for every worker (docs/launcher.md).
 const std::set<std::string> kWorkerVariables = {
@@ -158,10 +160,16 @@ class Launcher {
         case Outcome::BarrierTimeout: say(outcome.text); break;
         case Outcome::Success: break;
       }
-      if (const int sig = stop_workers(group); sig != 0 && outcome.kind != Outcome::Signal) {
+      int sig = 0;
+      if (outcome.kind == Outcome::LocalFailure || outcome.kind == Outcome::RemoteFailure)
+        sig = let_workers_fail(group);
+      if (sig == 0) sig = stop_workers(group);
+      if (sig != 0 && outcome.kind != Outcome::Signal) {
         outcome.kind = Outcome::Signal;
         outcome.signal = sig;
       }
+      if (outcome.kind == Outcome::LocalFailure || outcome.kind == Outcome::RemoteFailure)
+        print_status_table(group);
 
       const bool failed = outcome.kind == Outcome::LocalFailure || outcome.kind == Outcome::RemoteFailure;
       if (failed && round < o_.max_restarts) {
@@ -267,6 +275,35 @@ class Launcher {
       say("cannot tell the other nodes: " + std::string(e.what()));
     }
     return failure;
+  }
+
+  // A collective's failure reaches every rank within a second or two (abort
+  // notices, timeouts that expire together): give the other workers that
+  // long to fail on their own and say where they were, before stopping
+  // them. Returns a stop signal received meanwhile, else 0.
+  static int let_workers_fail(WorkerGroup& group) {
+    const auto deadline = Clock::now() + kFailGrace;
+    while (group.running() > 0 && Clock::now() < deadline)
+      if (const int sig = group.pump(milliseconds(100))) return sig;
+    return 0;
+  }
+
+  // Where each local rank was: its exit and its communicator's status line.
+  void print_status_table(const WorkerGroup& group) const {
+    std::vector<StatusRow> rows;
+    for (int local = 0; local < o_.nproc_per_node; ++local) {
+      StatusRow row;
+      row.rank = o_.node_rank * o_.nproc_per_node + local;
+      row.exit = "still running";
+      for (const WorkerExit& e : group.exits())
+        if (e.local_rank == local) row.exit = e.stopped ? "stopped by kizuna-run" : e.how();
+      row.status = group.output(local).status();
+      rows.push_back(std::move(row));
+    }
+    const std::string table = status_table(rows);
+    if (table.empty()) return;  // no collective failed
+    const std::string where = o_.nnodes > 1 ? " on node " + std::to_string(o_.node_rank) : "";
+    write_all(STDERR_FILENO, g_tag + ": where each rank" + where + " was:\n" + table);
   }
 
   // Stops what still runs; reports the workers that failed on their own

@@ -20,7 +20,11 @@
 // integers) throw InvalidArgument at the call, before anything is sent. A
 // failure while running (a peer lost, a timeout, a mismatch) fails that
 // Work and every later one: the communicator is then unusable and says so;
-// create a new one. abort() fails everything pending at once.
+// create a new one. abort() fails everything pending at once. When it
+// becomes unusable, a communicator logs (KIZUNA_LOG error level) one status
+// line holding kStatusMarker and space-separated key=value fields: rank,
+// world, comm, call, seq, algo, step, waiting_for, waited_s, last_done,
+// error; kizuna-run gathers these into its failure table.
 //
 // Threading: calls may come from any thread; their order of arrival is the
 // order of execution. Destruction waits for queued work to finish.
@@ -37,6 +41,8 @@
 #include <string>
 
 namespace kizuna {
+
+inline constexpr const char* kStatusMarker = "[kizuna-status]";
 
 // A CUDA stream (cudaStream_t) passed opaquely: public headers never
 // include the CUDA runtime.

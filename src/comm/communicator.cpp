@@ -352,6 +352,11 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     if (e.code() == ErrorCode::Timeout) {
       KIZUNA_LOG(Error) << report(4);
     }
+    // The same, one machine-read line (kizuna-run's failure table reads it).
+    std::string comm_field = name;
+    std::replace(comm_field.begin(), comm_field.end(), ' ', '_');
+    KIZUNA_LOG(Error) << kStatusMarker << " rank=" << rank << " world=" << world << " comm=" << comm_field << " "
+                      << history.status_fields(live) << " error=" << kizuna::name(e.code());
     const int lost = executor ? executor->failed_peer() : -1;
     // Pass a peer's notice on unchanged (its origin saw the root cause);
     // otherwise this rank is the origin.

@@ -101,4 +101,30 @@ std::string History::report(const LiveProgress& live, const std::string& header,
   return out.str();
 }
 
+std::string History::status_fields(const LiveProgress& live) const {
+  std::lock_guard lock(mutex_);
+  std::ostringstream out;
+  const Record* running = nullptr;
+  for (std::uint64_t id = next_id_ > kSize ? next_id_ - kSize : 1; id < next_id_; ++id)
+    if (ids_[id % kSize] == id && ring_[id % kSize].state == State::Running) running = &ring_[id % kSize];
+  if (running) {
+    out << "call=" << running->kind;
+    if (running->seq) out << " seq=" << running->seq;
+    if (!running->algorithm.empty()) out << " algo=" << running->algorithm;
+    out << " step=" << live.step.load() + 1 << "/" << live.steps.load();
+    const int awaiting = live.awaiting.load();
+    const std::int64_t since = live.waiting_since_us.load();
+    if (awaiting >= 0 && since > 0) {
+      const std::int64_t now_us =
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f", (now_us - since) / 1e6);
+      out << " waiting_for=" << awaiting << " waited_s=" << buf;
+    }
+    out << " ";
+  }
+  out << "last_done=" << last_completed_seq_;
+  return out.str();
+}
+
 }  // namespace kizuna::comm

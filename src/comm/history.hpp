@@ -63,6 +63,13 @@ class History {
   // running one with `live`.
   std::string report(const LiveProgress& live, const std::string& header, std::size_t limit = kSize) const;
 
+  // The running call as space-separated key=value fields, for the
+  // machine-read status line (kizuna-run's failure table):
+  //   call=all_reduce seq=17 algo=ring step=3/6 waiting_for=3 waited_s=30.0 last_done=16
+  // Values have no spaces; a field that does not apply is left out, and
+  // with nothing running only last_done is given.
+  std::string status_fields(const LiveProgress& live) const;
+
  private:
   Record* find(std::uint64_t id);
   mutable std::mutex mutex_;

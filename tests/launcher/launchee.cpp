@@ -12,6 +12,9 @@
 //                             the others sleep until stopped
 //   sleep <dir>               starts a child that sleeps too, then sleeps until
 //                             stopped
+//   stall <dir> <rank>        every rank all-reduces in a loop; rank <rank>
+//                             stops itself (SIGSTOP) after 20 of them, so
+//                             the others time out waiting for it
 //   fail-once <dir> <rank> <code>
 //                             rank <rank> exits with <code> the first time
 //                             (marker file <dir>/failed-once); otherwise every
@@ -25,6 +28,7 @@
 #include <kizuna/prefix_store.hpp>
 #include <kizuna/store.hpp>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -144,11 +148,24 @@ int fail_once(const std::string& dir, int who, int code) {
   return ok ? 0 : 1;
 }
 
+int stall(int who) {
+  auto comm = Communicator::from_env();
+  std::vector<std::int64_t> data(1 << 16, 1);
+  for (int i = 0;; ++i) {
+    if (i == 20 && comm->rank() == who) {
+      std::printf("rank %d stopping itself\n", comm->rank());
+      std::fflush(stdout);
+      ::raise(SIGSTOP);
+    }
+    comm->all_reduce(data.data(), data.size(), DataType::Int64, ReduceOp::Max).wait();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: kizuna-test-launchee env|exit|sleep|fail-once <dir> [args]\n");
+    std::fprintf(stderr, "usage: kizuna-test-launchee env|exit|sleep|stall|fail-once <dir> [args]\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -158,6 +175,7 @@ int main(int argc, char** argv) {
     if (mode == "env") return print_env();
     if (mode == "exit" && argc == 5) return exit_with(dir, std::atoi(argv[3]), std::atoi(argv[4]));
     if (mode == "sleep") return sleep_with_child(dir);
+    if (mode == "stall" && argc == 4) return stall(std::atoi(argv[3]));
     if (mode == "fail-once" && argc == 5) return fail_once(dir, std::atoi(argv[3]), std::atoi(argv[4]));
     std::fprintf(stderr, "unknown mode or wrong arguments: %s\n", mode.c_str());
     return 2;

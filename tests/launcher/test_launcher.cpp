@@ -294,6 +294,27 @@ TEST_CASE("a worker SIGKILLed: the launcher names the rank and the signal", "[la
   check_all_gone(pids);  // the other workers, and the children they started
 }
 
+TEST_CASE("a stopped rank: the others time out, and the failure table says where every rank was", "[launcher]") {
+  TempDir dir;
+  const JobResult r = run_launcher({"--nproc-per-node", "3", "--", kLaunchee, "stall", dir.path(), "2"}, 90s,
+                                   {{"KIZUNA_TIMEOUT", "2"}, {"KIZUNA_ALGO", "ring"}});
+  INFO(r.output);
+  REQUIRE_FALSE(r.hung);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.output, "kizuna-run: where each rank was:\n"));
+  // header, then one row per rank in rank order
+  CHECK(std::regex_search(r.output, std::regex(R"(\n  rank +exit +comm +call +step +waiting for +error\n)")));
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    CHECK(std::regex_search(
+        r.output, std::regex("\n  " + std::to_string(rank) +
+                             R"( +exited with code [0-9]+ +kizuna/comm[0-9]+ +all_reduce #[0-9]+ \(ring\) +[0-9]+/[0-9]+ +.* +Timeout\n)")));
+  }
+  // rank 0 waits for rank 2 directly (ring: rank r receives from r - 1)
+  CHECK(std::regex_search(r.output, std::regex(R"(\n  0 +exited .* rank 2, [0-9.]+ s +Timeout\n)")));
+  CHECK(std::regex_search(r.output, std::regex(R"(\n  2 +stopped by kizuna-run +- +\(no status line\) +- +- +-\n)")));
+}
+
 TEST_CASE("SIGTERM or SIGINT to the launcher: no process of the job remains", "[launcher]") {
   const int sig = GENERATE(SIGTERM, SIGINT);
   TempDir dir;

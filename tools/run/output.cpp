@@ -93,6 +93,7 @@ void RankOutput::emit(Stream stream, std::string_view line) {
     text.push_back('\n');
     write_all(log_fd_, text);
   }
+  if (auto fields = parse_status_line(line)) status_ = std::move(*fields);
   tail_.emplace_back(line);
   if (tail_.size() > kTailLines) tail_.pop_front();
 }

@@ -5,7 +5,8 @@
 // lines to kizuna-run's stdout, stderr lines to its stderr, each prefixed
 // "[rank] "), to its log file (DIR/rank<R>.log, both streams, unprefixed),
 // or both, as --log-dir and --tee say. It also keeps the last kTailLines
-// lines, which kizuna-run prints when the worker fails.
+// lines, which kizuna-run prints when the worker fails, and the last
+// communicator status line, for the failure table (status.hpp).
 //
 // A line is written with one write() call, so lines of different ranks never
 // mix within a line. A line longer than kMaxLineBytes is cut; a last line
@@ -20,6 +21,8 @@
 #include <deque>
 #include <string>
 #include <string_view>
+
+#include "status.hpp"
 
 namespace kizuna::run {
 
@@ -49,6 +52,8 @@ class RankOutput {
   void note(const std::string& line);
 
   const std::deque<std::string>& tail() const { return tail_; }
+  // The last communicator status line this rank printed (status.hpp).
+  const std::optional<StatusFields>& status() const { return status_; }
   const std::string& log_path() const { return log_path_; }
 
  private:
@@ -61,6 +66,7 @@ class RankOutput {
   int log_fd_ = -1;
   std::string pending_[2];
   std::deque<std::string> tail_;
+  std::optional<StatusFields> status_;
 };
 
 // Writes all of `text` to `fd`, retrying on EINTR and short writes; gives up
