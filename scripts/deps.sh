@@ -15,8 +15,9 @@ packages=(
   clang libclang-rt-dev
   # side-by-side comparison (make bench-compare)
   libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox
-  # launcher tests: mpirun, and ip for the network-namespace "nodes"
-  openmpi-bin iproute2
+  # launcher and fault tests: mpirun; ip and tc for the network-namespace
+  # "nodes"; nftables for packet loss between them
+  openmpi-bin iproute2 nftables
   # kizuna-train: OpenBLAS GEMMs, zlib for the gzip IDX files, Fashion-MNIST, --plot
   libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
   # the torch.distributed backend (integrations/torch) and its pytest tests
