@@ -167,22 +167,25 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     for (;;) {
       {
         std::unique_lock lock(queue_mutex);
-        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty() && stopping) return;
+        for (;;) {
+          queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+          if (queue.empty() && stopping) return;
+          // A call queued a moment ago is most likely about to be waited
+          // for: leave it to its caller (Work::wait runs it inline, without
+          // two thread switches) for a few tens of microseconds, asleep, so
+          // as not to take a core from the caller or a peer.
+          const Clock::time_point until = queue.front()->queued_at + kInlineGrace;
+          if (stopping || Clock::now() >= until) break;
+          queue_cv.wait_until(lock, until);
+        }
       }
+      // exec_mutex is taken only to run, so a caller's run_inline finds it
+      // free unless a call is really running.
       std::unique_lock exec(exec_mutex);
       std::shared_ptr<Task> task;
       {
         std::lock_guard lock(queue_mutex);
-        if (queue.empty()) continue;
-        // A call queued a moment ago is most likely about to be waited for:
-        // leave it to its caller (Work::wait runs it inline, without two
-        // thread switches) for a few tens of microseconds.
-        if (!stopping && Clock::now() - queue.front()->queued_at < kInlineGrace) {
-          exec.unlock();
-          std::this_thread::yield();
-          continue;
-        }
+        if (queue.empty()) continue;  // its caller ran it meanwhile
         task = queue.front();
         queue.pop_front();
       }
