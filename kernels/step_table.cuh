@@ -74,8 +74,12 @@ KIZUNA_HD void run_step(const DeviceStep& step, const StepBuffers<typename Codec
                         const typename Codec::Storage* in, typename Codec::Storage* out,
                         std::uint64_t begin, std::uint64_t end) {
   using S = typename Codec::Storage;
-  const S* src = b.buffer[static_cast<int>(step.src)] + step.src_offset;
-  S* dst = b.buffer[static_cast<int>(step.dst)] + step.dst_offset;
+  // Only the buffers the op uses are addressed: the unused side's offset is
+  // not checked by the decoder (comm/device_steps.hpp) and may be anything.
+  const bool reads_src = step.op != DeviceOp::Recv && step.op != DeviceOp::RecvCopySend;
+  const bool writes_dst = step.op != DeviceOp::Send;
+  const S* src = reads_src ? b.buffer[static_cast<int>(step.src)] + step.src_offset : nullptr;
+  S* dst = writes_dst ? b.buffer[static_cast<int>(step.dst)] + step.dst_offset : nullptr;
   for (std::uint64_t i = begin; i < end; ++i) {
     switch (step.op) {
       case DeviceOp::Send: out[i] = src[i]; break;

@@ -76,76 +76,22 @@ std::vector<std::uint8_t> read_gzip(const std::string& path, std::size_t max_byt
   return bytes;
 }
 
-std::uint32_t be32(const std::uint8_t* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
-}
-
 }  // namespace
 
 std::vector<std::uint8_t> read_idx(const std::string& path, std::vector<std::uint32_t>& dims,
                                    std::size_t max_bytes) {
-  std::vector<std::uint8_t> bytes = read_gzip(path, max_bytes);
-  if (bytes.size() < 4)
-    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is truncated: ", bytes.size(),
-                 " bytes, less than an IDX header");
-  if (bytes[0] != 0 || bytes[1] != 0)
-    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is not an IDX file (bad magic ", int{bytes[0]}, " ",
-                 int{bytes[1]}, ", expected 0 0)");
-  if (bytes[2] != 0x08)
-    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " holds IDX element type 0x", std::hex, int{bytes[2]},
-                 std::dec, "; this data set uses unsigned bytes (0x08)");
-  const unsigned ndims = bytes[3];
-  if (ndims < 1 || ndims > 4)
-    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " claims ", ndims, " dimensions (expected 1 to 4)");
-  const std::size_t header = 4 + 4 * std::size_t{ndims};
-  if (bytes.size() < header)
-    KIZUNA_THROW(ErrorCode::InvalidArgument, path, " is truncated inside its header");
-  dims.clear();
-  std::uint64_t elements = 1;
-  for (unsigned d = 0; d < ndims; ++d) {
-    dims.push_back(be32(bytes.data() + 4 + 4 * d));
-    elements *= dims.back();
-    if (elements > max_bytes)
-      KIZUNA_THROW(ErrorCode::InvalidArgument, path, " claims more than ", max_bytes, " elements");
-  }
-  if (bytes.size() - header != elements)
-    KIZUNA_THROW(ErrorCode::InvalidArgument, path, (bytes.size() - header < elements ? " is truncated" : " is corrupt"),
-                 ": its header promises ", elements, " bytes of data, the file holds ", bytes.size() - header);
-  bytes.erase(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(header));
-  return bytes;
+  const std::vector<std::uint8_t> bytes = read_gzip(path, max_bytes);
+  return parse_idx(bytes.data(), bytes.size(), dims, path, max_bytes);
 }
 
 namespace {
 
 // Images and labels of one split, checked against each other.
 Dataset load_split(const std::string& images_path, const std::string& labels_path, const std::string& name) {
-  std::vector<std::uint32_t> idims, ldims;
-  const std::vector<std::uint8_t> pixels = read_idx(images_path, idims);
-  const std::vector<std::uint8_t> labels = read_idx(labels_path, ldims);
-  if (idims.size() != 3 || idims[1] != 28 || idims[2] != 28)
-    KIZUNA_THROW(ErrorCode::InvalidArgument, images_path,
-                 " does not hold 28x28 images (expected 3 dimensions N x 28 x 28)");
-  if (ldims.size() != 1)
-    KIZUNA_THROW(ErrorCode::InvalidArgument, labels_path, " does not hold labels (expected 1 dimension)");
-  if (idims[0] != ldims[0])
-    KIZUNA_THROW(ErrorCode::InvalidArgument, images_path, " holds ", idims[0], " images but ", labels_path,
-                 " holds ", ldims[0], " labels");
-  Dataset d;
-  d.name = name;
-  d.task = Loss::CrossEntropy;
-  d.size = idims[0];
-  d.features = 28 * 28;
-  d.outputs = 10;
-  d.labels.resize(d.size);
-  for (std::size_t i = 0; i < d.size; ++i) {
-    if (labels[i] > 9)
-      KIZUNA_THROW(ErrorCode::InvalidArgument, labels_path, ": label ", int{labels[i]}, " of sample ", i,
-                   " is not a class (0 to 9)");
-    d.labels[i] = labels[i];
-  }
-  d.inputs.resize(pixels.size());
-  for (std::size_t i = 0; i < pixels.size(); ++i) d.inputs[i] = static_cast<float>(pixels[i]) / 255.0f;
-  return d;
+  const std::vector<std::uint8_t> images = read_gzip(images_path, kMaxIdxBytes);
+  const std::vector<std::uint8_t> labels = read_gzip(labels_path, kMaxIdxBytes);
+  return parse_image_split(images.data(), images.size(), images_path, labels.data(), labels.size(),
+                           labels_path, name);
 }
 
 }  // namespace

@@ -59,10 +59,26 @@ inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mni
 // Reads the four files from `dir`.
 DataSplits load_fashion_mnist(const std::string& dir = kFashionMnistDir);
 
+inline constexpr std::size_t kMaxIdxBytes = std::size_t{1} << 30;
+
 // One IDX file (gzip or plain), checked as above; `dims` receives the
 // dimensions, the result the elements. At most max_bytes are read.
 std::vector<std::uint8_t> read_idx(const std::string& path, std::vector<std::uint32_t>& dims,
-                                   std::size_t max_bytes = std::size_t{1} << 30);
+                                   std::size_t max_bytes = kMaxIdxBytes);
+
+// The same from the file's (decompressed) bytes in memory; `source` names
+// the file in error messages. read_idx() reads the file and calls this.
+std::vector<std::uint8_t> parse_idx(const std::uint8_t* bytes, std::size_t size,
+                                    std::vector<std::uint32_t>& dims, const std::string& source,
+                                    std::size_t max_bytes = kMaxIdxBytes);
+
+// One Fashion-MNIST split from its images and labels files' (decompressed)
+// bytes, checked against each other as above; pixels scaled to [0, 1] (not
+// yet standardised). load_fashion_mnist() reads the files and calls this.
+Dataset parse_image_split(const std::uint8_t* images, std::size_t images_size,
+                          const std::string& images_source, const std::uint8_t* labels,
+                          std::size_t labels_size, const std::string& labels_source,
+                          const std::string& name);
 
 struct RandomDataOptions {
   std::size_t train_samples = 8192;

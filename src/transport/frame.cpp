@@ -51,6 +51,22 @@ Hello decode_hello(const unsigned char* b) {
   return h;
 }
 
+std::string hello_refusal(const Hello& self, const Hello& peer,
+                          const std::map<int, std::uint64_t>& expected) {
+  if (peer.comm_id != self.comm_id) return "it belongs to another communicator";
+  if (peer.world_size != self.world_size)
+    return "it belongs to a world of " + std::to_string(peer.world_size) + " ranks, not " +
+           std::to_string(self.world_size);
+  if (peer.rank < 0 || peer.rank >= self.world_size)
+    return "rank " + std::to_string(peer.rank) + " is outside the world of " +
+           std::to_string(self.world_size);
+  const auto it = expected.find(peer.rank);
+  if (it == expected.end()) return "rank " + std::to_string(peer.rank) + " is not expected here";
+  if (peer.incarnation != it->second)
+    return "it is a stale process for rank " + std::to_string(peer.rank);
+  return "";
+}
+
 HeaderBytes encode_header(const FrameHeader& h) {
   HeaderBytes b{};
   put<std::uint32_t>(b.data(), kFrameMagic);

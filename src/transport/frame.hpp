@@ -21,6 +21,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,14 @@ using HeaderBytes = std::array<unsigned char, kFrameHeaderBytes>;
 HelloBytes encode_hello(const Hello& hello);
 // Throws Mismatch naming what is wrong: not kizuna, another version.
 Hello decode_hello(const unsigned char* bytes);
+
+// Why a rank (`self`) refuses a peer's decoded Hello, or "" to accept it:
+// another communicator or world size, a rank outside the world or not in
+// `expected` (rank -> the incarnation that rank published), or a stale
+// incarnation. Pure, so the accepting and the connecting side share it and
+// the fuzzer runs it on every Hello it decodes.
+std::string hello_refusal(const Hello& self, const Hello& peer,
+                          const std::map<int, std::uint64_t>& expected);
 
 HeaderBytes encode_header(const FrameHeader& header);
 // Throws Mismatch for a bad magic, kind or size: the stream is not ours or

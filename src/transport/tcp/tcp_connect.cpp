@@ -93,12 +93,8 @@ class Mesh {
         if (ec2) return;
         try {
           const Hello h = decode_hello(buf->data());
-          std::string why;
-          const auto it = accepting_.find(h.rank);
-          if (h.comm_id != self_.comm_id) why = "it belongs to another communicator";
-          else if (it == accepting_.end()) why = "rank " + std::to_string(h.rank) + " is not expected to connect here";
-          else if (fds_[h.rank] >= 0) why = "rank " + std::to_string(h.rank) + " is already connected";
-          else if (h.incarnation != it->second) why = "it is a stale process for rank " + std::to_string(h.rank);
+          std::string why = hello_refusal(self_, h, accepting_);
+          if (why.empty() && fds_[h.rank] >= 0) why = "rank " + std::to_string(h.rank) + " is already connected";
           if (!why.empty()) return refuse(*socket, why);
           asio::async_write(*socket, asio::buffer(hello_), [this, socket, rank = h.rank](const asio::error_code& ec3, std::size_t) {
             if (!ec3 && fds_[rank] < 0) done(rank, *socket);
@@ -135,10 +131,11 @@ class Mesh {
               if (ec3) return retry(peer, backoff, "no handshake reply: " + ec3.message());
               try {
                 const Hello h = decode_hello(buf->data());
-                if (h.comm_id != self_.comm_id || h.rank != peer.rank || h.incarnation != peer.incarnation) {
+                const std::string why = hello_refusal(self_, h, {{peer.rank, peer.incarnation}});
+                if (!why.empty()) {
                   KIZUNA_LOG(Warn) << "rank " << self_.rank << ": " << peer.host << ":" << peer.port
-                                   << " answered as rank " << h.rank << " of another communicator; retrying";
-                  return retry(peer, backoff, "wrong peer");
+                                   << " answered as rank " << h.rank << ", refused: " << why << "; retrying";
+                  return retry(peer, backoff, "wrong peer: " + why);
                 }
                 done(peer.rank, *socket);
               } catch (const Error& e) {

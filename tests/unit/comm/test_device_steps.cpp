@@ -170,3 +170,30 @@ TEST_CASE("run_step executes every schedule exactly like the simulator", "[devic
   compare_with_simulator<BFloat, MinOp>(DataType::BFloat16, ReduceOp::Min);
   compare_with_simulator<Plain<std::uint32_t>, ProdOp>(DataType::Int32, ReduceOp::Prod);
 }
+
+// Found by tests/fuzz/fuzz_device_steps.cpp: the decoder checks only the
+// ranges a step uses, so run_step must not address the other side (forming
+// a pointer far outside the buffer is undefined behaviour even unread).
+TEST_CASE("a step's unused buffer side may hold any offset", "[device_steps]") {
+  using namespace kizuna::kernels;
+  DeviceStep table[2] = {};
+  table[0].op = DeviceOp::Recv;
+  table[0].recv_peer = 1;
+  table[0].send_peer = -1;
+  table[0].src_offset = ~0ull - 3;  // unused by Recv
+  table[0].dst = DeviceBuffer::Output;
+  table[0].count = 4;
+  table[1].op = DeviceOp::Send;
+  table[1].send_peer = 1;
+  table[1].recv_peer = -1;
+  table[1].dst_offset = ~0ull;  // unused by Send
+  table[1].count = 4;
+  const auto steps = comm::decode_steps(reinterpret_cast<const unsigned char*>(table), sizeof table, 2, 4, 4, 0);
+  REQUIRE(steps.size() == 2);
+  std::uint32_t input[4] = {1, 2, 3, 4}, output[4] = {}, in[4] = {5, 6, 7, 8}, out[4] = {};
+  StepBuffers<std::uint32_t> b{{input, output, nullptr}};
+  run_step<Plain<std::uint32_t>, SumOp>(table[0], b, in, out, 0, 4);
+  CHECK(std::memcmp(output, in, sizeof in) == 0);
+  run_step<Plain<std::uint32_t>, SumOp>(table[1], b, in, out, 0, 4);
+  CHECK(std::memcmp(out, input, sizeof input) == 0);
+}

@@ -50,3 +50,17 @@ TEST_CASE("abort notices round-trip and survive truncation", "[frame]") {
   CHECK(back.message == n.message);
   CHECK(decode_abort(bytes.data(), 4).message == "truncated abort notice");
 }
+
+TEST_CASE("a hello is accepted only from the expected rank of this communicator", "[frame]") {
+  const Hello self{77, 0, 4, 1};
+  const std::map<int, std::uint64_t> expected{{2, 20}, {3, 30}};
+  CHECK(hello_refusal(self, {77, 2, 4, 20}, expected).empty());
+  CHECK(hello_refusal(self, {77, 3, 4, 30}, expected).empty());
+  CHECK_THAT(hello_refusal(self, {78, 2, 4, 20}, expected), Catch::Contains("another communicator"));
+  CHECK_THAT(hello_refusal(self, {77, 2, 5, 20}, expected), Catch::Contains("world of 5 ranks, not 4"));
+  CHECK_THAT(hello_refusal(self, {77, 1, 4, 20}, expected), Catch::Contains("rank 1 is not expected"));
+  CHECK_THAT(hello_refusal(self, {77, 2, 4, 21}, expected), Catch::Contains("stale process for rank 2"));
+  CHECK_THAT(hello_refusal(self, {77, -1, 4, 20}, expected), Catch::Contains("outside the world of 4"));
+  // An expectation outside the world is never met.
+  CHECK_THAT(hello_refusal(self, {77, 9, 4, 90}, {{9, 90}}), Catch::Contains("outside the world"));
+}

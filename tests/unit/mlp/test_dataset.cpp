@@ -145,6 +145,33 @@ TEST_CASE("corrupt and truncated IDX files are detected", "[mlp][data]") {
   }
 }
 
+TEST_CASE("IDX bytes in memory parse as the files do", "[mlp][data]") {
+  std::vector<std::uint32_t> dims;
+  const auto file = idx(8, {2, 3}, 6);
+  const auto elements = parse_idx(file.data(), file.size(), dims, "memory");
+  CHECK(dims == std::vector<std::uint32_t>{2, 3});
+  CHECK(elements == std::vector<std::uint8_t>(file.end() - 6, file.end()));
+  const auto cut = idx(8, {2, 3}, 5);
+  CHECK_THROWS_WITH(parse_idx(cut.data(), cut.size(), dims, "memory"),
+                    Catch::Contains("memory is truncated"));
+  CHECK_THROWS_WITH(parse_idx(file.data(), 2, dims, "memory"), Catch::Contains("less than an IDX header"));
+  CHECK_THROWS_WITH(parse_idx(file.data(), file.size(), dims, "memory", 5),
+                    Catch::Contains("more than 5 elements"));
+
+  const auto images = idx(8, {3, 28, 28}, 3 * 784);
+  const auto labels = idx(8, {3}, 3);
+  const Dataset d = parse_image_split(images.data(), images.size(), "images", labels.data(), labels.size(),
+                                      "labels", "memory/train");
+  CHECK(d.name == "memory/train");
+  CHECK(d.size == 3);
+  CHECK(d.labels == std::vector<std::int32_t>{1, 8, 5});  // (i * 7 + 1) % 10
+  CHECK(d.inputs.size() == 3 * 784);
+  CHECK(d.inputs[1] == Approx(8 / 255.0f));
+  const auto two = idx(8, {2}, 2);
+  CHECK_THROWS_WITH(parse_image_split(images.data(), images.size(), "images", two.data(), two.size(), "labels", "x"),
+                    Catch::Contains("images holds 3 images but labels holds 2 labels"));
+}
+
 TEST_CASE("the random regression set is seeded and standard normal", "[mlp][data]") {
   const DataSplits a = make_random_regression({4096, 16, 10, 5, 7});
   const DataSplits b = make_random_regression({4096, 16, 10, 5, 7});
