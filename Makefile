@@ -8,6 +8,11 @@
 #   make demo      build, then run the main demonstration
 #   make bench     build, then run the benchmarks
 #   make bench-compare  build, then kizuna vs Gloo vs Open MPI in one run
+#   make fuzz      every libFuzzer target (tests/fuzz) for FUZZ_SECONDS (60) each,
+#                  with clang, in $(BUILD)-fuzz; prints executions and crashes
+#   make soak      build, then 4 ranks run random collectives, each result
+#                  checked, for SOAK_SECONDS (600); fails on a wrong result or
+#                  resident-memory growth (tests/soak/soak.cpp)
 #   make install   install into $(PREFIX)
 #   make clean     remove $(BUILD)
 #
@@ -19,8 +24,11 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
+FUZZ_SECONDS ?= 60
+SOAK_SECONDS ?= 600
 
 .PHONY: all deps configure build test demo bench bench-compare install clean
+.PHONY: fuzz soak
 
 all: build
 
@@ -44,6 +52,12 @@ bench: build
 
 bench-compare: build
 	@scripts/bench_compare.sh $(BUILD)
+
+fuzz: deps
+	@tests/fuzz/fuzz_all.sh $(BUILD)-fuzz $(FUZZ_SECONDS) $(JOBS)
+
+soak: build
+	KIZUNA_CHECK=1 $(BUILD)/bin/kizuna-run --nproc-per-node 4 -- $(BUILD)/bin/kizuna-soak --seconds $(SOAK_SECONDS)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
