@@ -135,6 +135,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   mutable std::mutex error_mutex;
   std::exception_ptr fatal;
   std::atomic<bool> broken{false};
+  // After a timeout, the other ranks follow their stuck-rank reports
+  // through the store, which this process may host: shutdown() keeps it up
+  // until then (steady_clock ticks; set by whichever thread ran the task).
+  std::atomic<Clock::rep> keep_store_until{0};
   int split_count = 0;
 
   ~Impl() {
@@ -161,6 +165,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     if (worker.joinable()) worker.join();
     for (auto& link : links)
       if (link) link->interrupt();
+    std::this_thread::sleep_until(Clock::time_point(Clock::duration(keep_store_until.load())));
   }
 
   void worker_loop() {
@@ -310,6 +315,13 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     try {
       const auto grace = std::max(std::chrono::milliseconds(100), std::min(std::chrono::milliseconds(1000), timeout / 10));
       const std::string base = name + "/stuck/";
+      // The store itself may be what is stuck (its host stopped, or this
+      // rank cut off from it), and set() would wait KIZUNA_STORE_TIMEOUT.
+      // First read back this rank's bootstrap record, which exists: a live
+      // store answers at once; one that does not answer within the grace
+      // (plus the store client's reply allowance) fails the read and breaks
+      // the connection, so the Timeout is raised without the report.
+      options.store->get(name + "/peer/" + std::to_string(rank), grace);
       options.store->set(base + std::to_string(rank), std::to_string(awaited) + " " +
                                                           std::to_string(executor->last_seq_from(awaited)) +
                                                           " " + std::to_string(seq));
@@ -335,9 +347,14 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
               << " (its last message from it was in #" << last << ")";
         current = next;
       }
+      // The others timed out at about the same moment and may still be
+      // reading records; a store this process hosts must outlive that.
+      keep_store_until.store((Clock::now() + 2 * grace).time_since_epoch().count());
       return Error(e.code(), std::string(e.what()) + chain.str());
-    } catch (const std::exception&) {
-      return e;  // the store itself is gone: report what we know locally
+    } catch (const std::exception& store_error) {
+      // the store itself is gone: report what we know locally
+      return Error(e.code(),
+                   std::string(e.what()) + "; no stuck-rank report, the store failed: " + store_error.what());
     }
   }
 

@@ -11,9 +11,8 @@
 
 #include <signal.h>
 
-#include <sstream>
-
 #include "job.hpp"
+#include "namespace_pair.hpp"
 
 using namespace kizuna::test;
 using namespace std::chrono_literals;
@@ -27,7 +26,6 @@ const std::string kLaunchee = kBin + "/tests/launcher/kizuna-test-launchee";
 const std::vector<std::string> kLauncherVariables = {
     "RANK",        "LOCAL_RANK",  "WORLD_SIZE",   "LOCAL_WORLD_SIZE",    "NODE_RANK", "GROUP_RANK",
     "MASTER_ADDR", "MASTER_PORT", "KIZUNA_STORE", "KIZUNA_STORE_PREFIX", "KIZUNA_SOCKET_IFNAME"};
-constexpr const char* kNamePrefix = "kzrun-";
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -36,85 +34,6 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
   std::fflush(stdout);
   std::exit(77);
 }
-
-std::string find_ip() {
-  for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"})
-    if (::access((std::string(dir) + "/ip").c_str(), X_OK) == 0) return std::string(dir) + "/ip";
-  return "";
-}
-
-// Two namespaces, a veth pair between them, 10.233.0.1/24 in the first and
-// 10.233.0.2/24 in the second, loopback up in both.
-class NamespacePair {
- public:
-  NamespacePair() : ip_(find_ip()) {
-    if (ip_.empty()) skip("the ip command (Debian iproute2) is not installed");
-    remove_stale();
-    const std::string id = std::to_string(::getpid());
-    for (int i = 0; i < 2; ++i) {
-      ns_[i] = kNamePrefix + id + (i == 0 ? "-a" : "-b");
-      veth_[i] = "kzr" + id + (i == 0 ? "a" : "b");  // at most 15 characters
-    }
-    std::string why;
-    if (!ip({"netns", "add", ns_[0]}, why)) skip("cannot create a network namespace: " + why);
-    created_[0] = true;
-    if (!ip({"netns", "add", ns_[1]}, why)) skip("cannot create a second network namespace: " + why);
-    created_[1] = true;
-    // Created inside the namespaces: the host never sees the pair.
-    if (!ip({"link", "add", veth_[0], "netns", ns_[0], "type", "veth", "peer", "name", veth_[1], "netns", ns_[1]}, why))
-      skip("cannot create a veth pair between namespaces: " + why);
-    for (int i = 0; i < 2; ++i) {
-      REQUIRE(ip({"-n", ns_[i], "addr", "add", address(i) + "/24", "dev", veth_[i]}, why));
-      REQUIRE(ip({"-n", ns_[i], "link", "set", veth_[i], "up"}, why));
-      REQUIRE(ip({"-n", ns_[i], "link", "set", "lo", "up"}, why));
-    }
-  }
-
-  ~NamespacePair() {
-    std::string ignored;
-    for (int i = 0; i < 2; ++i)
-      if (created_[i]) ip({"netns", "delete", ns_[i]}, ignored);  // takes its end of the veth pair along
-  }
-
-  static std::string address(int i) { return i == 0 ? "10.233.0.1" : "10.233.0.2"; }
-
-  // argv run inside namespace i.
-  std::vector<std::string> in(int i, const std::vector<std::string>& argv) const {
-    std::vector<std::string> out{ip_, "netns", "exec", ns_[i]};
-    out.insert(out.end(), argv.begin(), argv.end());
-    return out;
-  }
-
- private:
-  bool ip(const std::vector<std::string>& args, std::string& why) const {
-    std::vector<std::string> argv{ip_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Job job(argv);
-    const JobResult r = job.wait(30s);
-    why = r.output.empty() ? "exit " + std::to_string(r.exit_code) : r.output;
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    return r.ok();
-  }
-
-  // Namespaces of earlier runs whose process is gone (killed at a CTest timeout).
-  void remove_stale() const {
-    Job list({ip_, "netns", "list"});
-    std::istringstream lines(list.wait(30s).output);
-    std::string line;
-    while (std::getline(lines, line)) {
-      const std::string name = line.substr(0, line.find(' '));
-      if (name.rfind(kNamePrefix, 0) != 0) continue;
-      const pid_t owner = std::atoi(name.c_str() + std::string(kNamePrefix).size());
-      std::string ignored;
-      if (owner > 0 && !alive(owner)) ip({"netns", "delete", name}, ignored);
-    }
-  }
-
-  std::string ip_;
-  std::string ns_[2];
-  std::string veth_[2];
-  bool created_[2] = {false, false};
-};
 
 std::vector<std::string> node_args(int node, const std::string& nproc, const std::vector<std::string>& program,
                                    const std::vector<std::string>& extra = {}) {
@@ -129,7 +48,7 @@ std::vector<std::string> node_args(int node, const std::string& nproc, const std
 }  // namespace
 
 TEST_CASE("two nodes in two network namespaces run the all-reduce check together", "[launcher][netns]") {
-  NamespacePair hosts;
+  NamespacePair hosts(skip);
   Job node0(hosts.in(0, node_args(0, "2", {kWorker, "check"})), {}, kLauncherVariables);
   Job node1(hosts.in(1, node_args(1, "2", {kWorker, "check"})), {}, kLauncherVariables);
   const JobResult r0 = node0.wait(170s);
@@ -146,7 +65,7 @@ TEST_CASE("two nodes in two network namespaces run the all-reduce check together
 }
 
 TEST_CASE("nodes that disagree on --nproc-per-node stop before any worker starts", "[launcher][netns]") {
-  NamespacePair hosts;
+  NamespacePair hosts(skip);
   TempDir dir;
   Job node0(hosts.in(0, node_args(0, "2", {kLaunchee, "env", dir.path()})), {}, kLauncherVariables);
   Job node1(hosts.in(1, node_args(1, "1", {kLaunchee, "env", dir.path()})), {}, kLauncherVariables);
@@ -163,7 +82,7 @@ TEST_CASE("nodes that disagree on --nproc-per-node stop before any worker starts
 }
 
 TEST_CASE("a worker failing on one node: both nodes restart and re-rendezvous", "[launcher][netns]") {
-  NamespacePair hosts;
+  NamespacePair hosts(skip);
   TempDir dir;
   // Rank 3 (on node 1) fails on its first start; node 0 learns it through the store.
   const std::vector<std::string> program{kLaunchee, "fail-once", dir.path(), "3", "7"};

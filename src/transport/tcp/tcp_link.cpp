@@ -169,7 +169,11 @@ class TcpLink final : public Link {
       if (sent < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
         if (errno == EINTR) continue;
-        if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) lost("connection closed while sending", errno);
+        if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) {
+          const int err = errno;
+          raise_abort_behind_close();
+          lost("connection closed while sending", err);
+        }
         KIZUNA_THROW(ErrorCode::SystemError, "send to rank ", peer_, " failed: ", std::strerror(errno));
       }
       moved = true;
@@ -293,6 +297,73 @@ class TcpLink final : public Link {
                    " of collective #", h.tag.seq, " (", h.bytes, " bytes) where message #",
                    expect_.index, " of collective #", expect_.seq, " (", sink_.bytes,
                    " bytes) was expected: the ranks are not running the same collectives");
+  }
+
+  // The peer closed while we were sending to it. If it failed first, it
+  // sent an abort notice before closing, and the notice waits in our
+  // receive buffer (data before a reset stays readable), behind any data
+  // frames no receive has asked for yet: read up to it, dropping the data
+  // (this link ends here either way), and raise it instead of blaming the
+  // peer. Returns when there is none.
+  void raise_abort_behind_close() {
+    std::vector<unsigned char> sink(64 * 1024);
+    HeaderBytes header{};
+    std::size_t header_got = 0;
+    std::size_t skip = 0;  // payload bytes of the current data frame still unread
+    if (recv_active_ && !recv_complete_) {
+      if (aborting_) {
+        header_got = kFrameHeaderBytes;  // the notice's body is what remains
+      } else if (header_got_ < kFrameHeaderBytes) {
+        header = header_;
+        header_got = header_got_;
+      } else {
+        skip = sink_.bytes - payload_got_;
+        header_got = 0;
+      }
+    }
+    for (;;) {
+      unsigned char* target;
+      std::size_t want;
+      if (aborting_) {
+        target = abort_in_.data() + abort_got_;
+        want = abort_in_.size() - abort_got_;
+      } else if (skip > 0) {
+        target = sink.data();
+        want = std::min(skip, sink.size());
+      } else {
+        target = header.data() + header_got;
+        want = kFrameHeaderBytes - header_got;
+      }
+      ssize_t got = 0;
+      if (want > 0) {
+        got = ::recv(fd_, target, want, MSG_DONTWAIT);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return;  // end of stream, reset or nothing more: no notice
+      }
+      const auto n = static_cast<std::size_t>(got);
+      if (aborting_) {
+        abort_got_ += n;
+        if (abort_got_ == abort_in_.size()) fail_with_abort();
+      } else if (skip > 0) {
+        skip -= n;
+      } else if ((header_got += n) == kFrameHeaderBytes) {
+        FrameHeader h;
+        try {
+          h = decode_header(header.data());
+        } catch (const Error&) {
+          return;  // not a stream we can follow
+        }
+        header_got = 0;
+        if (h.kind == FrameKind::Abort) {
+          aborting_ = true;
+          abort_in_.resize(h.bytes);
+          abort_got_ = 0;
+          if (h.bytes == 0) fail_with_abort();
+        } else {
+          skip = h.bytes;
+        }
+      }
+    }
   }
 
   [[noreturn]] void fail_with_abort() {

@@ -102,3 +102,32 @@ TEST_CASE("an abort notice fails the receiver with the sender's reason", "[tcp_l
     CHECK(p.b->received_abort()->lost_rank == 3);
   }
 }
+
+TEST_CASE("a send to a peer that failed and left raises its abort notice, not PeerLost naming it", "[tcp_link]") {
+  // The peer failed first (it lost rank 3): it sent a message nobody asked
+  // for yet, then its abort notice, and exited. A send to it now fails; the
+  // notice waiting behind the unread message must be the error.
+  // Or the receiver was reading a message larger than the socket holds,
+  // and its sender stopped once the rest fitted: the notice is behind it.
+  const bool mid_receive = GENERATE(false, true);
+  CAPTURE(mid_receive);
+  Pair p;
+  std::vector<int> unread(mid_receive ? 1'000'000 : 1000, 7);
+  p.a->post_send(unread.data(), unread.size() * 4, {1, 0});
+  std::vector<int> got(unread.size());
+  if (mid_receive) p.b->post_recv({got.data(), nullptr, got.size() * 4, DataType::Int32, ReduceOp::Sum}, {1, 0});
+  pump(p, [&] { return p.a->send_idle(); });
+  p.a->send_abort({1, 3, ErrorCode::PeerLost, "lost rank 3: connection reset"}, std::chrono::milliseconds(500));
+  p.a.reset();
+  std::vector<float> big(4'000'000, 1.0f);  // more than the socket takes
+  p.b->post_send(big.data(), big.size() * 4, {2, 0});
+  try {
+    for (int i = 0; i < 1000000; ++i) p.b->progress();
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::PeerLost);
+    CHECK(std::string(e.what()) == "rank 1 failed: lost rank 3: connection reset");
+    REQUIRE(p.b->received_abort() != nullptr);
+    CHECK(p.b->received_abort()->lost_rank == 3);
+  }
+}

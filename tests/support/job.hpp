@@ -1,4 +1,4 @@
-// tests/launcher/job.hpp: one command run by a launcher test (kizuna-run,
+// tests/support/job.hpp: one command run by a test (kizuna-run,
 // mpirun, ip, kizuna-store serve), watched from outside.
 //
 // Job forks the command into a process group of its own, with the test's
@@ -8,10 +8,11 @@
 // is SIGKILLed and the result says it hung, so a test never hangs on a
 // child. The destructor does the same to a job nobody waited for.
 //
-// Helpers: wait_for() polls a condition until a deadline (never a timed
-// assertion: the deadline only stops a hang), alive() asks the kernel
-// whether a pid still exists, and read_pid_files() collects what the test
-// workers wrote.
+// Helpers: find_tool() finds a system command (ip, nft, tc), run_command()
+// runs one to completion, wait_for() polls a condition until a deadline
+// (never a timed assertion: the deadline only stops a hang), alive() asks
+// the kernel whether a pid still exists, and read_pid_files() collects what
+// the test workers wrote.
 #pragma once
 
 #include <dirent.h>
@@ -126,6 +127,23 @@ class Job {
   bool reaped_ = false;
   std::string log_;
 };
+
+// The path of a system tool (ip, nft, tc), or "" when it is not installed.
+inline std::string find_tool(const std::string& name) {
+  for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"})
+    if (::access((std::string(dir) + "/" + name).c_str(), X_OK) == 0) return std::string(dir) + "/" + name;
+  return "";
+}
+
+// Runs argv to completion (30 s at most); true on exit 0. `output` gets what
+// it printed, or "exit N" when it printed nothing.
+inline bool run_command(const std::vector<std::string>& argv, std::string& output) {
+  Job job(argv);
+  const JobResult r = job.wait(std::chrono::seconds(30));
+  output = r.output.empty() ? "exit " + std::to_string(r.exit_code) : r.output;
+  while (!output.empty() && output.back() == '\n') output.pop_back();
+  return r.ok();
+}
 
 // Polls `condition` every 20 ms until it holds (true) or the deadline passes (false).
 inline bool wait_for(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
