@@ -6,8 +6,10 @@
 //   parsed (ready, done, error CODE at NS, wrong).
 // - Figures: the per-fault counts a test prints (trials, errors raised
 //   correctly, hangs, detection time p50/p99/max), one "FAULTS |" line each,
-//   also appended to $KIZUNA_FAULTS_REPORT when set (tests/faults/report.sh
-//   collects them into the table of docs/reliability.md).
+//   also appended to $KZ_FAULTS_REPORT when set (tests/faults/report.sh
+//   collects them into the table of docs/reliability.md). The tests' own
+//   variables say KZ_, not KIZUNA_: kizuna warns about KIZUNA_* names it
+//   does not know, and other tests read that output.
 // - Ports and leftovers: a store port outside the ephemeral range (so no
 //   rank's listener can take it first), /proc/net/tcp queries, and the job's
 //   shared-memory segments in /dev/shm.
@@ -55,8 +57,7 @@ inline const std::vector<std::string> kLaunchVariables = {
     "RANK",        "LOCAL_RANK",  "WORLD_SIZE",   "LOCAL_WORLD_SIZE",    "NODE_RANK",           "GROUP_RANK",
     "MASTER_ADDR", "MASTER_PORT", "KIZUNA_STORE", "KIZUNA_STORE_PREFIX", "KIZUNA_SOCKET_IFNAME", "KIZUNA_ALGO",
     "KIZUNA_TRANSPORT", "KIZUNA_TIMEOUT", "KIZUNA_STORE_TIMEOUT", "KIZUNA_CHECK", "KIZUNA_STORE_TOKEN",
-    // the tests' own (kizuna would warn about KIZUNA_* names it does not know)
-    "KIZUNA_FAULTS_REPORT", "KIZUNA_FAULTS_SEED"};
+    "KZ_FAULTS_REPORT", "KZ_FAULTS_SEED"};
 
 inline long long now_ns(Clock::time_point t = Clock::now()) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -223,12 +224,12 @@ struct Figures {
     return buf;
   }
 
-  // Prints the line, and appends it to $KIZUNA_FAULTS_REPORT.
+  // Prints the line, and appends it to $KZ_FAULTS_REPORT.
   void report() const {
     const std::string l = line();
     std::printf("%s\n", l.c_str());
     std::fflush(stdout);
-    if (const char* path = std::getenv("KIZUNA_FAULTS_REPORT"); path != nullptr && *path != '\0') {
+    if (const char* path = std::getenv("KZ_FAULTS_REPORT"); path != nullptr && *path != '\0') {
       std::ofstream out(path, std::ios::app);
       out << l << "\n";
     }
@@ -311,9 +312,9 @@ inline double ms_since(Clock::time_point from, long long at_ns) {
   return static_cast<double>(at_ns - now_ns(from)) / 1e6;
 }
 
-// Seed of the randomised tests: KIZUNA_FAULTS_SEED, else a fixed one (runs repeat).
+// Seed of the randomised tests: KZ_FAULTS_SEED, else a fixed one (runs repeat).
 inline unsigned base_seed() {
-  const char* s = std::getenv("KIZUNA_FAULTS_SEED");
+  const char* s = std::getenv("KZ_FAULTS_SEED");
   return s != nullptr && *s != '\0' ? static_cast<unsigned>(std::strtoul(s, nullptr, 0)) : 20261129u;
 }
 

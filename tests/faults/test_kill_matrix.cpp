@@ -6,7 +6,7 @@
 // and whatever runs past it is killed and counted); afterwards /dev/shm
 // holds nothing of the job and the store port is free again.
 //
-// Trials are seeded (KIZUNA_FAULTS_SEED, default fixed, printed), so a
+// Trials are seeded (KZ_FAULTS_SEED, default fixed, printed), so a
 // failing one can be rerun; two run at a time. One test case per
 // transport; each prints its figures (see faults.hpp).
 #include <catch2/catch.hpp>
@@ -144,7 +144,7 @@ void kill_matrix(const std::string& transport) {
       trials.push_back(t);
     }
   }
-  std::printf("kill matrix over %s: %zu trials, seed %u (KIZUNA_FAULTS_SEED=%u to repeat)\n", transport.c_str(),
+  std::printf("kill matrix over %s: %zu trials, seed %u (KZ_FAULTS_SEED=%u to repeat)\n", transport.c_str(),
               trials.size(), seed, base_seed());
   std::vector<TrialResult> results(trials.size());
   parallel_for(static_cast<int>(trials.size()), kConcurrentTrials,
