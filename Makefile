@@ -8,6 +8,13 @@
 #   make demo      build, then run the main demonstration
 #   make bench     build, then run the benchmarks
 #   make bench-compare  build, then kizuna vs Gloo vs Open MPI in one run
+#   make test-asan   unit + multi-process tests under AddressSanitizer (+ leaks)
+#   make test-ubsan  the same under UndefinedBehaviorSanitizer
+#   make test-tsan   the same under ThreadSanitizer
+#                  (each in its own $(BUILD)-asan|-ubsan|-tsan, without CUDA,
+#                  torch or benchmarks; any report fails; scripts/sanitize.sh,
+#                  suppressions with reasons in tests/sanitizers/; not in
+#                  `make test`, they take many minutes each)
 #   make fuzz      every libFuzzer target (tests/fuzz) for FUZZ_SECONDS (60) each,
 #                  with clang, in $(BUILD)-fuzz; prints executions and crashes
 #   make soak      build, then 4 ranks run random collectives, each result
@@ -29,6 +36,7 @@ SOAK_SECONDS ?= 600
 
 .PHONY: all deps configure build test demo bench bench-compare install clean
 .PHONY: fuzz soak
+.PHONY: test-asan test-ubsan test-tsan
 
 all: build
 
@@ -52,6 +60,17 @@ bench: build
 
 bench-compare: build
 	@scripts/bench_compare.sh $(BUILD)
+
+SANITIZE = JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) CMAKE_ARGS="$(CMAKE_ARGS)" scripts/sanitize.sh
+
+test-asan: deps
+	@$(SANITIZE) address $(BUILD)-asan
+
+test-ubsan: deps
+	@$(SANITIZE) undefined $(BUILD)-ubsan
+
+test-tsan: deps
+	@$(SANITIZE) thread $(BUILD)-tsan
 
 fuzz: deps
 	@tests/fuzz/fuzz_all.sh $(BUILD)-fuzz $(FUZZ_SECONDS) $(JOBS)

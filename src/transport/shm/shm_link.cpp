@@ -156,8 +156,9 @@ class ShmLink final : public Link {
       h->slot_bytes = static_cast<std::uint32_t>(n);
       h->message_bytes = p.bytes;
       h->offset = p.done;
-      if (n <= kInlineBytes) std::memcpy(h->inline_data, p.data + p.done, n);
-      else std::memcpy(slot + sizeof(SlotHeader), p.data + p.done, n);
+      // An empty message (data may be null) publishes a header and no bytes.
+      if (n > 0)
+        std::memcpy(n <= kInlineBytes ? h->inline_data : slot + sizeof(SlotHeader), p.data + p.done, n);
       p.done += n;
       p.started = true;
       ++head;
