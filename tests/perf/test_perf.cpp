@@ -3,6 +3,7 @@
 // pieces underneath: the closed-form checker (including a corrupted
 // buffer, which must be reported), the sizing and bus-bandwidth factors,
 // the size sweep and the table's number formats.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <kizuna/types.hpp>
@@ -52,7 +53,10 @@ std::vector<std::vector<std::string>> table_rows(const std::string& output) {
   std::istringstream in(output);
   for (std::string line; std::getline(in, line);) {
     const auto words = split(line);
-    if (!words.empty() && std::isdigit(static_cast<unsigned char>(words[0][0])) && words.size() >= 5)
+    // A row starts with its size in bytes, all digits (a log line's date
+    // does not qualify), and has both halves' 13 columns.
+    if (words.size() == 13 &&
+        std::all_of(words[0].begin(), words[0].end(), [](unsigned char c) { return std::isdigit(c); }))
       rows.push_back(words);
   }
   return rows;
