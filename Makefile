@@ -8,7 +8,7 @@
 #   make demo      build, then run the main demonstration
 #   make bench     build, then run the benchmarks
 #   make bench-compare  build, then kizuna vs Gloo vs Open MPI in one run
-#   make test-asan   unit + multi-process tests under AddressSanitizer (+ leaks)
+#   make test-asan   unit, multiproc and netns tests under ASan (+ leaks)
 #   make test-ubsan  the same under UndefinedBehaviorSanitizer
 #   make test-tsan   the same under ThreadSanitizer
 #                  (each in its own $(BUILD)-asan|-ubsan|-tsan, without CUDA,

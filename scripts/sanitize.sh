@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/sanitize.sh KIND [BUILD_DIR]: build the unit and multi-process
-# tests with one sanitizer and run them (`make test-asan|test-ubsan|test-tsan`).
+# scripts/sanitize.sh KIND [BUILD_DIR]: build the unit, multi-process and
+# two-namespace tests with one sanitizer and run them
+# (`make test-asan`, `make test-ubsan`, `make test-tsan`).
 #   KIND       address | undefined | thread
 #   BUILD_DIR  default build-asan, build-ubsan or build-tsan
 # The tree is configured with -DKIZUNA_SANITIZE=KIND and without CUDA, torch
@@ -10,7 +11,8 @@
 # Forked ranks inherit the options, so a report in a worker fails its test.
 # Suppressions, each with its reason, live in tests/sanitizers/KIND.supp and
 # are used only when that file exists. Knobs: SAN_LABELS (default
-# 'unit|multiproc'), JOBS, BUILD_TYPE, CMAKE_ARGS, CTEST_ARGS (e.g. -R name).
+# 'unit|multiproc|netns'; the netns tests skip where namespaces are
+# refused), JOBS, BUILD_TYPE, CMAKE_ARGS, CTEST_ARGS (e.g. -R name).
 set -euo pipefail
 kind=${1:?usage: scripts/sanitize.sh address|undefined|thread [BUILD_DIR]}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +24,7 @@ case $kind in
 esac
 build=${2:-$root/build-$short}
 jobs=${JOBS:-$(nproc)}
-labels=${SAN_LABELS:-unit|multiproc}
+labels=${SAN_LABELS:-unit|multiproc|netns}
 supp=$root/tests/sanitizers/$kind.supp
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
@@ -48,6 +50,13 @@ case $kind in
     if [[ -f $supp ]]; then TSAN_OPTIONS+=":suppressions=$supp"; fi
     ;;
 esac
+# Left out, with the reason:
+#   install: (address only) it builds a consumer outside this tree without
+#     -fsanitize and runs it against the sanitized libkizuna, which ASan
+#     refuses ("runtime does not come first"); that test is about packaging,
+#     and `make test` runs it.
+exclude=()
+if [[ $kind == address ]]; then exclude=(-E '^install: '); fi
 cd "$build"
 # shellcheck disable=SC2086
-ctest -L "$labels" --output-on-failure -j "$jobs" ${CTEST_ARGS:-}
+ctest -L "$labels" "${exclude[@]}" --output-on-failure -j "$jobs" ${CTEST_ARGS:-}
