@@ -54,6 +54,13 @@ class TcpStoreServer {
   // whether they did.
   bool wait_joined(std::int64_t count, std::chrono::milliseconds timeout) const;
 
+  // Blocks until every connection has closed, or no request has come for
+  // `idle` (the clients left are done with the store, or stopped), or `cap`
+  // passes; returns whether every connection closed. A process that hosts
+  // the store calls it before it exits, so that ranks still setting up a
+  // communicator (a split's other half) are not cut off.
+  bool wait_clients_gone(std::chrono::milliseconds idle, std::chrono::milliseconds cap) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -44,6 +44,10 @@ constexpr std::size_t kMaxReadChunk = 4 << 20;
 constexpr milliseconds kReplyGrace{5000};
 constexpr milliseconds kFirstBackoff{10};
 constexpr milliseconds kMaxBackoff{1000};
+// How long a hosted server outlives its host's client while others still
+// use it: until they have been quiet this long, and at most the cap.
+constexpr milliseconds kServerLinger{2000};
+constexpr milliseconds kServerLingerCap{60'000};
 
 std::uint32_t timeout_field(milliseconds timeout) {
   const auto ms = std::max<std::int64_t>(timeout.count(), 0);
@@ -169,6 +173,13 @@ TcpStore::Impl::Impl(TcpStoreOptions opts)
 TcpStore::Impl::~Impl() {
   asio::error_code ignored;
   socket.close(ignored);
+  // A hosted server serves on while other clients still use it: ranks that
+  // finish early (rank 0's half of a split) must not cut off ranks still
+  // setting up. It stops once they have all gone, or been quiet for
+  // kServerLinger (done with it, or stopped), or after the store timeout.
+  if (server && !server->wait_clients_gone(kServerLinger, std::min(timeout, kServerLingerCap)))
+    KIZUNA_LOG(Debug) << "store at " << server->address() << " shuts down with " << server->num_connections()
+                      << " clients still connected (quiet for " << kServerLinger.count() << " ms)";
 }
 
 void TcpStore::Impl::connect() {

@@ -97,6 +97,7 @@ struct Server {
   std::atomic<std::int64_t> joined{0};
   std::atomic<std::int64_t> open_connections{0};
   std::atomic<std::int64_t> waiters{0};
+  std::atomic<std::int64_t> last_request_ns{0};  // steady clock
   mutable std::mutex join_mutex;
   mutable std::condition_variable join_changed;
 };
@@ -283,6 +284,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
   // ---- requests --------------------------------------------------------------
 
   void handle_request(const Header& header, std::span<const std::uint8_t> body) {
+    server_.last_request_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                  std::memory_order_relaxed);
     std::string error;
     if (!wire::decode(header, body, server_.limits, request_, error)) {
       close(core::concat("malformed ", wire::name(header.op), " request: ", error),
@@ -587,6 +590,19 @@ bool TcpStoreServer::wait_joined(std::int64_t count, std::chrono::milliseconds t
   const Server& s = impl_->server;
   std::unique_lock lock(s.join_mutex);
   return s.join_changed.wait_for(lock, timeout, [&] { return s.joined.load() >= count; });
+}
+
+bool TcpStoreServer::wait_clients_gone(std::chrono::milliseconds idle, std::chrono::milliseconds cap) const {
+  using Clock = std::chrono::steady_clock;
+  const Server& s = impl_->server;
+  const auto end = Clock::now() + cap;
+  for (;;) {
+    if (s.open_connections.load() == 0) return true;
+    const auto now = Clock::now();
+    const Clock::time_point last{Clock::duration(s.last_request_ns.load(std::memory_order_relaxed))};
+    if (now >= end || now - last >= idle) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace kizuna

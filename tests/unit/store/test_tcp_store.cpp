@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <future>
 #include <latch>
+#include <thread>
 
 #include "core/launch_env.hpp"
 #include "store/from_env.hpp"
@@ -271,6 +272,30 @@ TEST_CASE("a TcpStore can host its own server", "[tcp_store]") {
   CHECK(host.get_string("from") == "client");
   host.ping();
   CHECK(host.list_keys() == std::vector<std::string>{"from"});
+}
+
+TEST_CASE("a hosting TcpStore serves on while other clients use it, and not for ever", "[tcp_store]") {
+  TcpStoreOptions o = server_options();
+  o.is_server = true;
+  auto host = std::make_unique<TcpStore>(o);
+  auto active = client(host->port());
+  auto quiet = client(host->port());
+  quiet->set("here", std::string_view("1"));
+  // The host's process is done first (rank 0's half of a split), while
+  // another rank still sets up through the store.
+  auto leaving = std::async(std::launch::async, [&] { host.reset(); });
+  for (int i = 0; i < 40; ++i) {
+    active->add("n", 1);
+    std::this_thread::sleep_for(25ms);
+  }
+  CHECK(leaving.wait_for(0s) == std::future_status::timeout);  // still serving
+  CHECK(active->add("n", 0) == 40);
+  active.reset();
+  // Only a quiet client is left: the server goes after its linger (2 s).
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(leaving.wait_for(20s) == std::future_status::ready);
+  CHECK(std::chrono::steady_clock::now() - start < 6s);
+  CHECK(code_of([&] { quiet->get("here", 5s); }) == ErrorCode::PeerLost);
 }
 
 TEST_CASE("list_keys lists by prefix, sorted", "[tcp_store]") {
