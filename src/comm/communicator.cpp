@@ -570,7 +570,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   // Spin while waiting only when every rank of the node has a core to itself.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const bool oversubscribed = connected.local_ranks > cores;
-  impl->executor->set_spin(std::chrono::microseconds(env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 50),
+  impl->executor->set_spin(std::chrono::microseconds(env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 200),
                            oversubscribed ? 4 : 16);
   const std::pair<std::string, int> device =
       options.device.empty() ? std::pair{env.device, env.device_index} : core::parse_device("CommOptions.device", options.device);
