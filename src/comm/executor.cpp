@@ -168,9 +168,10 @@ void Executor::wait_until(Done&& done, int awaiting) {
     if (!fds.empty()) {
       // Sockets and shared memory both busy: poll briefly and look again.
       const int timeout_ms = static_cast<int>(std::min<long long>(left_ms + 1, shm_busy ? 1 : 100));
-      if (::poll(fds.data(), fds.size(), timeout_ms) == 0 && !shm_busy)
+      if (::poll(fds.data(), fds.size(), timeout_ms) == 0 && !shm_busy) {
         KIZUNA_LOG(Debug) << label_->str() << ": no progress for " << timeout_ms << " ms at step " << step_ + 1
                           << " of " << steps_;
+      }
     } else if (shm_busy && doorbell_ != nullptr) {
       check_peers();
       const auto nap = std::chrono::microseconds(std::min<long long>(left_ms + 1, 50) * 1000);
