@@ -28,6 +28,19 @@ class ProcessGroupKizuna final : public ProcessGroup {
     init();
   }
 
+  // The communicator's worker thread may drop the last reference to a
+  // tensor Python owns, which takes the GIL; this destructor often runs
+  // with the GIL held (destroy_process_group) and joins that thread. Let
+  // go of the GIL meanwhile, or each waits for the other for ever.
+  ~ProcessGroupKizuna() override {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      const pybind11::gil_scoped_release release;
+      comm_.close();
+    } else {
+      comm_.close();
+    }
+  }
+
   const std::string getBackendName() const override { return "kizuna"; }
 
   WorkPtr broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override {

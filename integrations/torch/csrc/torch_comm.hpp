@@ -72,6 +72,12 @@ class TorchComm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::shared_ptr<kizuna::Communicator>& communicator() const { return comm_; }
+  // Lets go of the communicator (its destructor finishes queued calls and
+  // joins its worker thread); nothing may be called afterwards.
+  void close() {
+    last_ = kizuna::Work();
+    comm_.reset();
+  }
 
   WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
   WorkPtr allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts);
