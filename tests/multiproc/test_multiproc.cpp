@@ -22,19 +22,6 @@ namespace {
 const std::string kWorker = std::string(KIZUNA_BINARY_DIR) + "/tests/multiproc/kizuna-test-worker";
 const std::string kCWorker = std::string(KIZUNA_BINARY_DIR) + "/tests/multiproc/kizuna-test-c-worker";
 
-// A port the kernel just handed out; rank 0's store binds it right after.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 void launch(ProcessGroup& group, int n, const std::vector<std::string>& argv,
             const ProcessGroup::Env& extra = {}) {
   const std::string port = std::to_string(free_port());

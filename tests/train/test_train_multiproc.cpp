@@ -25,18 +25,6 @@ namespace {
 const std::string kTrain = std::string(KIZUNA_BINARY_DIR) + "/bin/kizuna-train";
 const std::string kData = "/usr/share/datasets/fashion-mnist";
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::vector<ProcessResult> run_ranks(int n, const std::vector<std::string>& args) {
   ProcessGroup group;
   const std::string port = std::to_string(free_port());

@@ -15,19 +15,6 @@ namespace {
 
 const std::string kWorker = std::string(KIZUNA_BINARY_DIR) + "/tests/unit/ddp/kizuna-test-ddp-worker";
 
-// A port the kernel just handed out; rank 0's store binds it right after.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::vector<ProcessResult> run(int n, const std::string& scenario) {
   ProcessGroup group;
   const std::string port = std::to_string(free_port());
