@@ -48,6 +48,11 @@ constexpr std::uint64_t kP2pTag = 1ull << 63;
 // How long the worker leaves a freshly queued call to a caller that may be
 // about to wait for it (see worker_loop).
 constexpr std::chrono::microseconds kInlineGrace{50};
+// While callers run their own calls, the worker is not woken per call: it
+// naps this long between looks at the queue, for as long as calls keep
+// coming (kAwake since the last one), and then sleeps until woken.
+constexpr std::chrono::microseconds kWorkerNap{1000};
+constexpr std::chrono::milliseconds kAwake{50};
 
 // How long a failing rank spends telling its peers why.
 constexpr std::chrono::milliseconds kAbortGrace{300};
@@ -128,6 +133,14 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::deque<std::shared_ptr<Task>> queue;
   std::uint64_t next_seq = 1;
   bool stopping = false;
+  // Waking the worker for every call costs two thread switches per call,
+  // which is most of a small all-reduce's time when ranks outnumber cores.
+  // So enqueue() wakes it only when the last call was not run by its caller
+  // (callers_wait false) or when it sleeps without a deadline
+  // (worker_asleep); otherwise it finds the call at its next nap's end.
+  bool callers_wait = false;
+  bool worker_asleep = false;
+  Clock::time_point last_enqueue;
   std::mutex exec_mutex;  // held while a task runs
   std::thread worker;
 
@@ -173,15 +186,23 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       {
         std::unique_lock lock(queue_mutex);
         for (;;) {
-          queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-          if (queue.empty() && stopping) return;
-          // A call queued a moment ago is most likely about to be waited
-          // for: leave it to its caller (Work::wait runs it inline, without
-          // two thread switches) for a few tens of microseconds, asleep, so
-          // as not to take a core from the caller or a peer.
-          const Clock::time_point until = queue.front()->queued_at + kInlineGrace;
-          if (stopping || Clock::now() >= until) break;
-          queue_cv.wait_until(lock, until);
+          if (stopping && queue.empty()) return;
+          const Clock::time_point now = Clock::now();
+          if (!queue.empty()) {
+            // A call queued a moment ago is most likely about to be waited
+            // for: leave it to its caller (Work::wait runs it inline,
+            // without two thread switches) for a few tens of microseconds,
+            // asleep, so as not to take a core from the caller or a peer.
+            const Clock::time_point until = queue.front()->queued_at + kInlineGrace;
+            if (stopping || now >= until) break;
+            queue_cv.wait_until(lock, until);
+          } else if (callers_wait && now - last_enqueue < kAwake) {
+            queue_cv.wait_until(lock, now + kWorkerNap);
+          } else {
+            worker_asleep = true;
+            queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+            worker_asleep = false;
+          }
         }
       }
       // exec_mutex is taken only to run, so a caller's run_inline finds it
@@ -193,21 +214,29 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         if (queue.empty()) continue;  // its caller ran it meanwhile
         task = queue.front();
         queue.pop_front();
+        callers_wait = false;
       }
       run_task(*task);
     }
   }
 
-  // Work::wait() on a queued task: run it here if it is next and nothing runs.
+  // Work::wait() on a queued task: unless a call is running, run it here,
+  // with the calls queued before it (calls run in order).
   void run_inline(const std::shared_ptr<Task>& task) {
     std::unique_lock exec(exec_mutex, std::try_to_lock);
     if (!exec) return;
-    {
-      std::lock_guard lock(queue_mutex);
-      if (queue.empty() || queue.front() != task) return;
-      queue.pop_front();
+    for (;;) {
+      std::shared_ptr<Task> next;
+      {
+        std::lock_guard lock(queue_mutex);
+        if (std::find(queue.begin(), queue.end(), task) == queue.end()) return;
+        next = queue.front();
+        queue.pop_front();
+        callers_wait = true;
+      }
+      run_task(*next);
+      if (next == task) return;
     }
-    run_task(*task);
   }
 
   Work enqueue(Task t, const comm::StageRequest* stage = nullptr) {
@@ -222,6 +251,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       task->input = host + task->host_input;
       task->output = host + task->host_output;
     }
+    bool wake = false;
     {
       std::lock_guard lock(queue_mutex);
       KIZUNA_CHECK_ARG(!stopping, "communicator ", name, " is being destroyed");
@@ -238,8 +268,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         if (auto self = weak.lock()) self->run_inline(task);
       };
       queue.push_back(task);
+      last_enqueue = task->queued_at;
+      wake = !callers_wait || worker_asleep;
     }
-    queue_cv.notify_one();
+    if (wake) queue_cv.notify_one();
     return Work(task->work);
   }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "collective_reference.hpp"
 #include "run_ranks.hpp"
@@ -218,6 +219,43 @@ TEST_CASE("many asynchronous collectives in flight complete in call order", "[co
     int called = 0;
     works[0].on_complete([&](const Work& w) { called += w.done(); });
     REQUIRE(called == 1);
+  });
+}
+
+TEST_CASE("a call nobody waits for completes on its own after callers ran theirs inline", "[comm]") {
+  // Callers that wait at once run their calls themselves and the worker
+  // thread stops being woken per call; a later call that is only polled
+  // must still be run by the worker, and done() must turn true.
+  const int world = 2;
+  CommOptions options;
+  options.transport = GENERATE(Transport::Tcp, Transport::Shm);
+  const auto comms = make_comms(world, options);
+  run_ranks(world, [&](int r) {
+    Communicator& c = *comms[r];
+    for (int k = 0; k < 200; ++k) {
+      std::int32_t x = r + k;
+      c.all_reduce(&x, 1, DataType::Int32, ReduceOp::Sum).wait();
+      REQUIRE(x == 1 + 2 * k);
+    }
+    std::int32_t y = 10 * r;
+    const Work w = c.all_reduce(&y, 1, DataType::Int32, ReduceOp::Sum);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!w.done() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    REQUIRE(w.done());
+    REQUIRE(y == 10);
+    // Waiting on the last of several queued calls runs all of them, in order.
+    std::vector<std::int32_t> v(8);
+    std::vector<Work> works;
+    for (int k = 0; k < 8; ++k) {
+      v[k] = r * k;
+      works.push_back(c.all_reduce(&v[k], 1, DataType::Int32, ReduceOp::Sum));
+    }
+    works.back().wait();
+    for (int k = 0; k < 8; ++k) {
+      REQUIRE(works[k].done());
+      REQUIRE(v[k] == k);
+    }
   });
 }
 
