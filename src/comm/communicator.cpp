@@ -26,6 +26,7 @@
 #include "comm/signal_dump.hpp"
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
+#include "core/coarse_clock.hpp"
 #include "core/env.hpp"
 #include "core/launch_env.hpp"
 #include "core/log.hpp"
@@ -438,7 +439,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   }
 
   void execute(Task& t) {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = core::coarse_now() + timeout;
     if (t.kind != Task::Kind::Collective) return execute_p2p(t, deadline);
     const algo::Algorithm a = choose(t);
     const comm::RunLabel what = label(t, a);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/coarse_clock.hpp"
+
 namespace kizuna::comm {
 namespace {
 
@@ -24,7 +26,7 @@ std::uint64_t History::queued(std::uint64_t seq, std::string_view kind, DataType
   r.dtype = dtype;
   r.count = count;
   r.peer = peer;
-  r.queued = Clock::now();
+  r.queued = core::coarse_now();
   ids_[id % kSize] = id;
   return id;
 }
@@ -39,7 +41,7 @@ void History::started(std::uint64_t id, std::string_view algorithm, std::uint32_
     r->state = State::Running;
     r->algorithm = algorithm;
     r->steps = steps;
-    r->started = Clock::now();
+    r->started = core::coarse_now();
   }
 }
 
@@ -47,7 +49,7 @@ void History::ended(std::uint64_t id, bool ok) {
   std::lock_guard lock(mutex_);
   if (Record* r = find(id)) {
     r->state = ok ? State::Done : State::Failed;
-    r->ended = Clock::now();
+    r->ended = core::coarse_now();
     if (ok && r->seq > last_completed_seq_) last_completed_seq_ = r->seq;
   }
 }

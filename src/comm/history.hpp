@@ -8,6 +8,9 @@
 // SIGUSR1 print every live communicator's history, so a hung job can be
 // inspected without killing it.
 //
+// Times are recorded with the coarse clock (core/coarse_clock.hpp): to a
+// few milliseconds, which is what a report of a stuck call needs.
+//
 // Thread-safe: the worker records, any thread (the signal dumper) reads.
 #pragma once
 

@@ -5,9 +5,7 @@
 namespace kizuna {
 
 bool Work::done() const {
-  if (!state_) return true;
-  std::lock_guard lock(state_->mutex);
-  return state_->finished;
+  return !state_ || state_->finished.load(std::memory_order_acquire);
 }
 
 void Work::wait() const {
@@ -15,18 +13,22 @@ void Work::wait() const {
   std::function<void()> run;
   {
     std::lock_guard lock(state_->mutex);
-    if (!state_->finished) run = state_->run_inline;
+    // Taken, not copied: one waiter is enough to run it.
+    if (!state_->finished.load(std::memory_order_relaxed)) run = std::move(state_->run_inline);
   }
   if (run) run();
-  std::unique_lock lock(state_->mutex);
-  state_->cv.wait(lock, [&] { return state_->finished; });
+  if (!state_->finished.load(std::memory_order_acquire)) {
+    std::unique_lock lock(state_->mutex);
+    state_->cv.wait(lock, [&] { return state_->finished.load(std::memory_order_relaxed); });
+  }
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) return true;
   std::unique_lock lock(state_->mutex);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->finished; })) return false;
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->finished.load(std::memory_order_relaxed); }))
+    return false;
   if (state_->error) std::rethrow_exception(state_->error);
   return true;
 }
@@ -40,7 +42,7 @@ std::exception_ptr Work::error() const {
 void Work::on_complete(std::function<void(const Work&)> fn) const {
   if (state_) {
     std::unique_lock lock(state_->mutex);
-    if (!state_->finished) {
+    if (!state_->finished.load(std::memory_order_relaxed)) {
       state_->callbacks.push_back(std::move(fn));
       return;
     }

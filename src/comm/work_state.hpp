@@ -8,6 +8,7 @@
 
 #include <kizuna/work.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -19,7 +20,9 @@ namespace kizuna::detail {
 struct WorkState : std::enable_shared_from_this<WorkState> {
   mutable std::mutex mutex;
   std::condition_variable cv;
-  bool finished = false;
+  // Written under the mutex; read without it by the waiters' fast path
+  // (`error` is written before it, and not after).
+  std::atomic<bool> finished{false};
   std::exception_ptr error;
   std::vector<std::function<void(const Work&)>> callbacks;
   std::function<void()> run_inline;
@@ -28,9 +31,9 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
     std::vector<std::function<void(const Work&)>> todo;
     {
       std::lock_guard lock(mutex);
-      if (finished) return;
-      finished = true;
+      if (finished.load(std::memory_order_relaxed)) return;
       error = std::move(e);
+      finished.store(true, std::memory_order_release);
       todo.swap(callbacks);
       run_inline = nullptr;
     }

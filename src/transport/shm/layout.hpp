@@ -11,11 +11,15 @@
 //   [slots of channel 0][slots of channel 1]...
 //   slot = SlotHeader (64 B) + slot_bytes of payload
 //
-// A channel is a ring of `slots` slots. `head` counts slots the sender has
-// published, `tail` slots the receiver has released (both wrap at 2^32;
-// head - tail is the number in use). A message occupies ceil(bytes /
-// slot_bytes) slots (one for an empty message); up to kInlineBytes travel
-// inside the slot header, so a small message touches a single cache line.
+// A channel is a ring of `slots` slots. The sender numbers the slots it
+// publishes 1, 2, 3, ... (wrapping at 2^32) and publishes one by storing
+// its number in the slot's `ready` flag (release) after the header and the
+// payload; the receiver waits for the number it expects in the next slot's
+// flag (acquire), so data and flag travel together. `tail` counts slots the
+// receiver has released; the sender reuses a slot only once it has been
+// released. A message occupies ceil(bytes / slot_bytes) slots (one for an
+// empty message); up to kInlineBytes travel inside the slot header next to
+// the flag, so a small message is a single cache line.
 #pragma once
 
 #include <atomic>
@@ -26,8 +30,8 @@
 namespace kizuna::transport::shm {
 
 inline constexpr std::uint64_t kSegmentMagic = 0x4d48535a4b5a4b31ull;  // "1KZKZSHM"
-inline constexpr std::uint32_t kSegmentVersion = 1;
-inline constexpr std::size_t kInlineBytes = 24;
+inline constexpr std::uint32_t kSegmentVersion = 2;
+inline constexpr std::size_t kInlineBytes = 28;
 
 struct alignas(64) SegmentHeader {
   std::uint64_t magic;
@@ -44,18 +48,19 @@ struct alignas(64) SegmentHeader {
 };
 
 struct alignas(64) ChannelControl {
-  alignas(64) std::atomic<std::uint32_t> head;  // written by the sender
   alignas(64) std::atomic<std::uint32_t> tail;  // written by the receiver
   alignas(64) std::uint8_t reserved[64];
   alignas(64) std::uint8_t reserved2[64];
+  alignas(64) std::uint8_t reserved3[64];
 };
 
 struct alignas(64) SlotHeader {
   std::uint64_t seq;            // message tag: collective sequence
-  std::uint32_t index;          // message tag: index on this link
-  std::uint32_t slot_bytes;     // payload bytes in this slot
   std::uint64_t message_bytes;  // the whole message
   std::uint64_t offset;         // of this slot's payload within the message
+  std::uint32_t index;          // message tag: index on this link
+  std::uint32_t slot_bytes;     // payload bytes in this slot
+  std::uint32_t ready;          // the slot's number once published (std::atomic_ref)
   std::uint8_t inline_data[kInlineBytes];
 };
 
@@ -64,6 +69,7 @@ static_assert(sizeof(ChannelControl) == 256);
 static_assert(sizeof(SlotHeader) == 64);
 static_assert(std::is_trivially_copyable_v<SlotHeader>);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(offsetof(SlotHeader, ready) % std::atomic_ref<std::uint32_t>::required_alignment == 0);
 
 struct Geometry {
   std::uint32_t channels = 0;

@@ -159,25 +159,21 @@ class ShmLink final : public Link {
       // An empty message (data may be null) publishes a header and no bytes.
       if (n > 0)
         std::memcpy(n <= kInlineBytes ? h->inline_data : slot + sizeof(SlotHeader), p.data + p.done, n);
-      p.done += n;
-      p.started = true;
       ++head;
+      std::atomic_ref<std::uint32_t>(h->ready).store(head, std::memory_order_release);
+      p.done += n;
       ++published;
       if (p.done == p.bytes) {
         sendq_.pop_front();
         ++sent_;
       }
-      if (published == slots / 2) {  // let the receiver start on a long message
-        out_->head.store(head, std::memory_order_release);
+      if (published == slots / 2) {  // wake a sleeping receiver for a long message
         ring(theirs_);
         published = 0;
       }
     }
     const bool moved = head != out_head_;
-    if (published) {
-      out_->head.store(head, std::memory_order_release);
-      ring(theirs_);
-    }
+    if (published) ring(theirs_);
     out_head_ = head;
     return moved;
   }
@@ -187,12 +183,9 @@ class ShmLink final : public Link {
     const std::uint32_t slots = geometry_.slots;
     bool moved = false;
     for (;;) {
-      if (in_head_cache_ == in_tail_) {
-        in_head_cache_ = in_->head.load(std::memory_order_acquire);
-        if (in_head_cache_ == in_tail_) break;
-      }
       const unsigned char* slot = in_slots_[in_tail_ % slots];
-      const auto* h = reinterpret_cast<const SlotHeader*>(slot);
+      auto* h = reinterpret_cast<SlotHeader*>(const_cast<unsigned char*>(slot));
+      if (std::atomic_ref<std::uint32_t>(h->ready).load(std::memory_order_acquire) != in_tail_ + 1) break;
       if (!started_) {
         if (h->seq != expect_.seq || h->index != expect_.index || h->message_bytes != sink_.bytes)
           KIZUNA_THROW(ErrorCode::Mismatch, "rank ", peer_, " sent message #", h->index,
@@ -217,13 +210,15 @@ class ShmLink final : public Link {
       received_ += n;
       ++in_tail_;
       in_->tail.store(in_tail_, std::memory_order_release);
-      ring(theirs_);
       moved = true;
       if (received_ == sink_.bytes) {
         recv_complete_ = true;
         break;
       }
     }
+    // A spinning sender sees each freed slot at once; one that sleeps is
+    // woken once for all of them.
+    if (moved) ring(theirs_);
     return moved;
   }
 
@@ -252,7 +247,6 @@ class ShmLink final : public Link {
   MessageTag expect_;
   std::size_t received_ = 0;
   std::uint32_t in_tail_ = 0;
-  std::uint32_t in_head_cache_ = 0;
 };
 
 }  // namespace

@@ -65,8 +65,8 @@ TEST_CASE("a segment is mapped by its peers and unlinked without harm", "[shm]")
   s.unlink();
   CHECK_FALSE(std::filesystem::exists(path));
   // still usable through both mappings
-  s.channel(1)->head.store(5);
-  CHECK(m.channel(1)->head.load() == 5);
+  s.channel(1)->tail.store(5);
+  CHECK(m.channel(1)->tail.load() == 5);
 }
 
 TEST_CASE("a foreign or stale segment is refused", "[shm]") {
