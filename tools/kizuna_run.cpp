@@ -86,6 +86,13 @@ int wait_signal(milliseconds timeout) {
   return stop;
 }
 
+// "0,1,2,3"
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (int c : cpus) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
+
 void idle(milliseconds timeout) {
   if (const int sig = wait_signal(timeout)) throw Interrupted{sig};
 }
@@ -115,7 +122,8 @@ class Launcher {
     const std::string path = resolve_program(o_.program[0]);
     Rendezvous rdzv(o_, idle);
     rdzv.agree();
-    WorkerPlan plan{path, o_.program, o_.node_rank * o_.nproc_per_node, o_.nproc_per_node};
+    WorkerPlan plan{path, o_.program, o_.node_rank * o_.nproc_per_node, o_.nproc_per_node,
+                    binding(o_.bind, o_.nproc_per_node)};
     WorkerGroup group(plan, OutputOptions{o_.log_dir.empty() || o_.tee, o_.log_dir}, g_signal_fd);
     const int world = o_.nnodes * o_.nproc_per_node;
     // Said to the other nodes in front of what this one reports.
@@ -124,7 +132,8 @@ class Launcher {
         " (ranks " + std::to_string(plan.first_rank) + "-" + std::to_string(plan.first_rank + plan.count - 1) +
         " of " + std::to_string(world) + (o_.nnodes > 1 ? " on " + std::to_string(o_.nnodes) + " nodes" : "") +
         (o_.nproc_source.empty() ? "" : "; " + o_.nproc_source) + "), store " + rdzv.store_address() + ", run " + rdzv.run_id() +
-        (o_.log_dir.empty() ? "" : ", output in " + o_.log_dir + "/rank<R>.log"));
+        (o_.log_dir.empty() ? "" : ", output in " + o_.log_dir + "/rank<R>.log") +
+        (plan.cpus.empty() ? "" : ", bound to CPUs " + cpu_list(plan.cpus)));
 
     const std::vector<std::string> inherited = inherited_environment();
     for (int round = 0;; ++round) {

@@ -15,6 +15,7 @@
 //   stall <dir> <rank>        every rank all-reduces in a loop; rank <rank>
 //                             stops itself (SIGSTOP) after 20 of them, so
 //                             the others time out waiting for it
+//   affinity <dir>            prints "CPUS 0,1" (the CPUs it may run on)
 //   fail-once <dir> <rank> <code>
 //                             rank <rank> exits with <code> the first time
 //                             (marker file <dir>/failed-once); otherwise every
@@ -28,6 +29,7 @@
 #include <kizuna/prefix_store.hpp>
 #include <kizuna/store.hpp>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,6 +81,17 @@ int sleep_until_stopped() {
   std::this_thread::sleep_for(kSleepLimit);
   std::printf("rank %d was never stopped\n", rank());
   return 4;
+}
+
+int print_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  std::string list;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) list += (list.empty() ? "" : ",") + std::to_string(c);
+  std::printf("CPUS %s\n", list.c_str());
+  return 0;
 }
 
 int print_env() {
@@ -165,7 +178,7 @@ int stall(int who) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: kizuna-test-launchee env|exit|sleep|stall|fail-once <dir> [args]\n");
+    std::fprintf(stderr, "usage: kizuna-test-launchee env|affinity|exit|sleep|stall|fail-once <dir> [args]\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -173,6 +186,7 @@ int main(int argc, char** argv) {
   try {
     if (mode != "sleep") write_pid_file(dir, {::getpid()});
     if (mode == "env") return print_env();
+    if (mode == "affinity") return print_affinity();
     if (mode == "exit" && argc == 5) return exit_with(dir, std::atoi(argv[3]), std::atoi(argv[4]));
     if (mode == "sleep") return sleep_with_child(dir);
     if (mode == "stall" && argc == 4) return stall(std::atoi(argv[3]));

@@ -7,6 +7,7 @@
 // mpirun is not installed).
 #include <catch2/catch.hpp>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -35,6 +36,22 @@ const std::vector<std::string> kLauncherVariables = {
     "MASTER_ADDR", "MASTER_PORT", "KIZUNA_STORE", "KIZUNA_STORE_PREFIX", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (int c : cpus) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -106,7 +123,7 @@ TEST_CASE("kizuna-run --help documents every flag with its default, and bad flag
   REQUIRE(help.exit_code == 0);
   CHECK(contains(help.output, "usage: kizuna-run"));
   for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                           "--max-restarts", "--log-dir", "--tee", "--timeout"}) {
+                           "--max-restarts", "--log-dir", "--tee", "--timeout", "--bind"}) {
     CAPTURE(flag);
     // The flag's paragraph: from its line to the next flag's.
     const auto at = help.output.find(std::string("\n  ") + flag + " ");
@@ -117,7 +134,7 @@ TEST_CASE("kizuna-run --help documents every flag with its default, and bad flag
 
   struct Bad {
     std::vector<std::string> args;
-    const char* says;
+    std::string says;
   };
   const std::vector<Bad> bad = {
       {{"--bogus", "prog"}, "unknown option '--bogus'"},
@@ -133,6 +150,9 @@ TEST_CASE("kizuna-run --help documents every flag with its default, and bad flag
       {{"--max-restarts", "-1", "prog"}, "--max-restarts='-1'"},
       {{"--nnodes", "1", "--nnodes", "1", "prog"}, "--nnodes is given twice"},
       {{"--nnodes", "1"}, "no program to run"},
+      {{"--bind", "socket", "prog"}, "--bind socket: expected auto, core or none"},
+      {{"--nproc-per-node", std::to_string(allowed_cpus().size() + 1), "--bind", "core", "prog"},
+       "--bind core: " + std::to_string(allowed_cpus().size() + 1) + " workers but only"},
   };
   for (const Bad& b : bad) {
     const JobResult r = run_launcher(b.args, 30s);
@@ -177,6 +197,33 @@ TEST_CASE("1, 2 and 4 local workers pass the all-reduce check", "[launcher]") {
           lines.end());
   }
   CHECK(contains(r.output, "all " + std::to_string(n) + " workers exited with code 0"));
+}
+
+TEST_CASE("kizuna-run --bind auto and core pin each worker to its own CPU when they fit; none leaves them be", "[launcher]") {
+  const std::vector<int> cpus = allowed_cpus();
+  const int n = static_cast<int>(std::min<std::size_t>(cpus.size(), 2));
+  const std::string all = cpu_list(cpus);
+  for (const std::string bind : {"auto", "core", "none"}) {
+    CAPTURE(bind);
+    TempDir dir;
+    const JobResult r = run_launcher(
+        {"--nproc-per-node", std::to_string(n), "--bind", bind, "--", kLaunchee, "affinity", dir.path()}, 60s);
+    INFO(r.output);
+    REQUIRE(r.ok());
+    for (int rank = 0; rank < n; ++rank) {
+      CAPTURE(rank);
+      const std::vector<std::string> lines = lines_of(r.output, rank);
+      REQUIRE(lines.size() == 1);
+      CHECK(lines[0] == "CPUS " + (bind == "none" ? all : std::to_string(cpus[rank])));
+    }
+  }
+  // More workers than CPUs: auto shares them all.
+  TempDir dir;
+  const int many = static_cast<int>(cpus.size()) + 1;
+  const JobResult r = run_launcher({"--nproc-per-node", std::to_string(many), "--", kLaunchee, "affinity", dir.path()}, 60s);
+  INFO(r.output);
+  REQUIRE(r.ok());
+  for (int rank = 0; rank < many; ++rank) CHECK(lines_of(r.output, rank) == std::vector<std::string>{"CPUS " + all});
 }
 
 TEST_CASE("workers get exactly the documented variables on top of the launcher's environment", "[launcher]") {

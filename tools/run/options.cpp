@@ -26,6 +26,7 @@ constexpr int kMaxRestarts = 1'000'000;
 const std::vector<std::string_view> kValueFlags = {
     "--nproc-per-node", "--nnodes",       "--node-rank", "--master-addr",
     "--master-port",    "--max-restarts", "--log-dir",   "--timeout",
+    "--bind",
 };
 
 // "--nproc_per_node" -> "--nproc-per-node" (torchrun accepts both).
@@ -88,10 +89,28 @@ int auto_nproc_per_node(std::string& source) {
   return cpus;
 }
 
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+std::vector<int> binding(RunOptions::Bind bind, int workers) {
+  if (bind == RunOptions::Bind::None) return {};
+  const std::vector<int> cpus = allowed_cpus();
+  if (static_cast<int>(cpus.size()) < workers) return {};  // parse_options refused --bind core
+  return {cpus.begin(), cpus.begin() + workers};
+}
+
 const char* usage_line() {
   return "usage: kizuna-run [--nproc-per-node N|auto] [--nnodes M] [--node-rank K]\n"
          "                  [--master-addr A] [--master-port P] [--max-restarts R]\n"
-         "                  [--log-dir DIR] [--tee] [--timeout S] [--] program [args...]\n";
+         "                  [--log-dir DIR] [--tee] [--timeout S] [--bind auto|core|none]\n"
+         "                  [--] program [args...]\n";
 }
 
 const char* help_text() {
@@ -117,6 +136,9 @@ const char* help_text() {
          "  --timeout S              deadline of the rendezvous between nodes (connecting, the\n"
          "                           agreement check) and of the wait for the other nodes to\n"
          "                           finish: seconds, or 500ms, 30s, 2m (default 300s)\n"
+         "  --bind auto|core|none    core: pin worker i to the i-th CPU kizuna-run may run on;\n"
+         "                           none: leave placement to the scheduler; auto (default): core\n"
+         "                           when the workers fit on those CPUs, else none\n"
          "  -h, --help               print this text\n"
          "\n"
          "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,\n"
@@ -217,6 +239,17 @@ RunOptions parse_options(int argc, char** argv) {
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
+  }
+  if (has("--bind")) {
+    const std::string& v = values["--bind"];
+    if (v == "auto") o.bind = RunOptions::Bind::Auto;
+    else if (v == "core") o.bind = RunOptions::Bind::Core;
+    else if (v == "none") o.bind = RunOptions::Bind::None;
+    else throw UsageError("--bind " + v + ": expected auto, core or none");
+    const std::size_t cpus = allowed_cpus().size();
+    if (o.bind == RunOptions::Bind::Core && static_cast<std::size_t>(o.nproc_per_node) > cpus)
+      throw UsageError("--bind core: " + std::to_string(o.nproc_per_node) + " workers but only " +
+                       std::to_string(cpus) + " CPUs to bind them to (--bind none lets them share)");
   }
   if (o.program.empty()) throw UsageError("no program to run");
   return o;

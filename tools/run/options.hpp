@@ -35,6 +35,12 @@ struct RunOptions {
   std::string log_dir;      // "" = console only
   bool tee = false;
   std::chrono::milliseconds timeout = kDefaultTimeout;
+  // --bind: pin worker i to the i-th CPU kizuna-run may run on. Auto binds
+  // when the workers fit (nproc-per-node <= those CPUs), as mpirun does: two
+  // spinning ranks that the scheduler first puts on one core otherwise run
+  // at a fraction of their speed for tens of milliseconds.
+  enum class Bind { Auto, Core, None };
+  Bind bind = Bind::Auto;
   std::vector<std::string> program;  // program and its arguments
   bool help = false;
 
@@ -54,5 +60,12 @@ const char* help_text();
 // or the NVIDIA GPUs when KIZUNA_DEVICE asks for cuda and the driver lists
 // some (CUDA_VISIBLE_DEVICES counted). `source` says which, for the banner.
 int auto_nproc_per_node(std::string& source);
+
+// The CPUs this process may run on, in order.
+std::vector<int> allowed_cpus();
+
+// The CPU each of `workers` workers is pinned to under `bind` (empty: none
+// pinned, also when they do not fit; parse_options refuses --bind core then).
+std::vector<int> binding(RunOptions::Bind bind, int workers);
 
 }  // namespace kizuna::run

@@ -19,6 +19,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -72,6 +73,7 @@ struct ChildSetup {
   const char* path;
   char* const* argv;
   char* const* envp;
+  const cpu_set_t* cpus;  // null: not pinned
 };
 
 [[noreturn]] void exec_child(const ChildSetup& s) {
@@ -87,6 +89,12 @@ struct ChildSetup {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != s.parent) _exit(126);
   if (dup2(s.devnull, 0) < 0 || dup2(s.out, 1) < 0 || dup2(s.err, 2) < 0 || dup2(s.status, 3) < 0) _exit(126);
   fcntl(3, F_SETFD, FD_CLOEXEC);
+  if (s.cpus && sched_setaffinity(0, sizeof(cpu_set_t), s.cpus) != 0) {
+    const int error = errno;
+    ssize_t ignored = write(3, &error, sizeof error);
+    (void)ignored;
+    _exit(127);
+  }
   if (syscall(SYS_close_range, 4u, ~0u, 0u) != 0)
     for (int fd = 4; fd < s.max_fd; ++fd) close(fd);
   execve(s.path, s.argv, s.envp);
@@ -220,8 +228,11 @@ void WorkerGroup::start(int round, const std::vector<std::vector<std::string>>& 
       for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
       throw Error(ErrorCode::SystemError, errno_text("pipe"));
     }
-    const ChildSetup setup{::getpid(), devnull_, out[1], err[1], status[1],
-                           max_fd,     plan_.path.c_str(), argv.data(), envp.data()};
+    cpu_set_t cpu;
+    CPU_ZERO(&cpu);
+    if (!plan_.cpus.empty()) CPU_SET(plan_.cpus[i], &cpu);
+    const ChildSetup setup{::getpid(), devnull_, out[1], err[1], status[1], max_fd, plan_.path.c_str(),
+                           argv.data(), envp.data(), plan_.cpus.empty() ? nullptr : &cpu};
     const pid_t pid = ::fork();
     if (pid == 0) exec_child(setup);
     const int fork_errno = errno;

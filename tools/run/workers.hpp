@@ -55,6 +55,7 @@ struct WorkerPlan {
   std::vector<std::string> argv;  // argv[0] as the user wrote it
   int first_rank = 0;             // global rank of local rank 0
   int count = 1;                  // local workers
+  std::vector<int> cpus;          // the CPU each worker is pinned to (empty: none)
 };
 
 class WorkerGroup {
