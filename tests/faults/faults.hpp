@@ -33,6 +33,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -311,6 +312,43 @@ inline bool contains(const std::string& text, const std::string& part) { return 
 inline double ms_since(Clock::time_point from, long long at_ns) {
   return static_cast<double>(at_ns - now_ns(from)) / 1e6;
 }
+
+// --- one trial's survivors -------------------------------------------------
+
+// What one trial found: its problems (empty: all well), the survivors
+// checked, how many were right, how many hung, when each detected the fault.
+struct TrialResult {
+  std::vector<std::string> problems;
+  int survivors = 0;
+  int correct = 0;
+  int hangs = 0;
+  std::vector<double> detect_ms;
+  std::string log;
+};
+
+// The part of judging a survivor that every fault shares: counts it; a
+// survivor that hung (`hung_note` says for how long) or raised no error is a
+// problem, and then there is nothing more to check (nullopt). Otherwise
+// records how long after `fault_at` it raised its error, and returns its
+// state for the fault's own checks.
+inline std::optional<WorkerState> survivor_error(TrialResult& res, int rank, const JobResult& jr,
+                                                 Clock::time_point fault_at, const std::string& hung_note) {
+  ++res.survivors;
+  const std::string who = "rank " + std::to_string(rank) + ": ";
+  if (jr.hung) {
+    ++res.hangs;
+    res.problems.push_back(who + "hung" + hung_note);
+    return std::nullopt;
+  }
+  const WorkerState s = parse(jr.output);
+  if (!s.errored) {
+    res.problems.push_back(who + "raised no error (exit " + std::to_string(jr.exit_code) + ")");
+    return std::nullopt;
+  }
+  res.detect_ms.push_back(ms_since(fault_at, s.at_ns));
+  return s;
+}
+
 
 // Seed of the randomised tests: KZ_FAULTS_SEED, else a fixed one (runs repeat).
 inline unsigned base_seed() {

@@ -48,15 +48,6 @@ struct Trial {
   unsigned seed = 0;
 };
 
-struct TrialResult {
-  std::vector<std::string> problems;
-  int survivors = 0;
-  int correct = 0;
-  int hangs = 0;
-  std::vector<double> detect_ms;
-  std::string log;
-};
-
 TrialResult run_trial(const Trial& t, const std::string& transport) {
   TrialResult res;
   std::mt19937 rng(t.seed);
@@ -94,21 +85,12 @@ TrialResult run_trial(const Trial& t, const std::string& transport) {
                            ")");
   const std::string lost = "lost rank " + std::to_string(t.victim);
   for (int r : survivors) {
-    ++res.survivors;
     const JobResult& jr = results[r];
-    const WorkerState s = parse(jr.output);
+    const std::optional<WorkerState> state = survivor_error(res, r, jr, killed_at, " (killed 10 s after the kill)");
+    if (!state) continue;
+    const WorkerState& s = *state;
     const std::string who = "rank " + std::to_string(r) + ": ";
-    if (jr.hung) {
-      ++res.hangs;
-      res.problems.push_back(who + "hung (killed 10 s after the kill)");
-      continue;
-    }
-    if (!s.errored) {
-      res.problems.push_back(who + "raised no error (exit " + std::to_string(jr.exit_code) + ")");
-      continue;
-    }
-    const double ms = ms_since(killed_at, s.at_ns);
-    res.detect_ms.push_back(ms);
+    const double ms = res.detect_ms.back();
     bool ok = true;
     if (s.code != "PeerLost") ok = false, res.problems.push_back(who + "raised " + s.code + ", not PeerLost");
     if (!contains(s.message, lost)) ok = false, res.problems.push_back(who + "the error does not say '" + lost + "'");

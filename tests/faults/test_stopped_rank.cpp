@@ -36,13 +36,6 @@ struct Trial {
   int victim = 0;
 };
 
-struct TrialResult {
-  std::vector<std::string> problems;
-  int survivors = 0, correct = 0, hangs = 0;
-  std::vector<double> detect_ms;
-  std::string log;
-};
-
 TrialResult run_trial(const Trial& t, unsigned seed) {
   TrialResult res;
   std::mt19937 rng(seed);
@@ -86,21 +79,12 @@ TrialResult run_trial(const Trial& t, unsigned seed) {
   const std::string v = std::to_string(t.victim);
   const int direct = (t.victim + 1) % kWorld;  // in the ring it receives from the victim
   for (int r : survivors) {
-    ++res.survivors;
     const JobResult& jr = results[r];
-    const WorkerState s = parse(jr.output);
+    const std::optional<WorkerState> state = survivor_error(res, r, jr, stopped_at, "");
+    if (!state) continue;
+    const WorkerState& s = *state;
     const std::string who = "rank " + std::to_string(r) + ": ";
-    if (jr.hung) {
-      ++res.hangs;
-      res.problems.push_back(who + "hung");
-      continue;
-    }
-    if (!s.errored) {
-      res.problems.push_back(who + "raised no error (exit " + std::to_string(jr.exit_code) + ")");
-      continue;
-    }
-    const double ms = ms_since(stopped_at, s.at_ns);
-    res.detect_ms.push_back(ms);
+    const double ms = res.detect_ms.back();
     const std::size_t before = res.problems.size();
     if (s.code != "Timeout") res.problems.push_back(who + "raised " + s.code + ", not Timeout");
     const bool store_stopped = t.victim == 0;  // rank 0 hosts the store

@@ -27,15 +27,15 @@ struct Trial {
   int started = 0;          // ranks started (the world has one more)
 };
 
-struct TrialResult {
+struct StoreTrialResult {
   std::vector<std::string> problems;
   int clients = 0, correct = 0, hangs = 0;
   std::vector<double> detect_ms;
   std::string log;
 };
 
-TrialResult run_trial(const Trial& t, unsigned seed) {
-  TrialResult res;
+StoreTrialResult run_trial(const Trial& t, unsigned seed) {
+  StoreTrialResult res;
   std::mt19937 rng(seed);
   const int world = t.started + 1;
   const int port = store_port(rng);
@@ -116,7 +116,7 @@ TrialResult run_trial(const Trial& t, unsigned seed) {
 
 TEST_CASE("the store's host killed during rendezvous: every client errors naming the store", "[faults][store]") {
   const std::vector<Trial> trials = {{false, 2}, {false, 3}, {false, 4}, {true, 1}, {true, 2}, {true, 3}};
-  std::vector<TrialResult> results(trials.size());
+  std::vector<StoreTrialResult> results(trials.size());
   const unsigned seed = base_seed() ^ 0x570eu;
   parallel_for(static_cast<int>(trials.size()), 3,
                [&](int i) { results[i] = run_trial(trials[i], seed + static_cast<unsigned>(i)); });
@@ -124,7 +124,7 @@ TEST_CASE("the store's host killed during rendezvous: every client errors naming
   f.fault = "store host SIGKILLed in rendezvous";
   f.trials = static_cast<int>(trials.size());
   for (std::size_t i = 0; i < trials.size(); ++i) {
-    const TrialResult& r = results[i];
+    const StoreTrialResult& r = results[i];
     f.expected += r.clients;
     f.correct += r.correct;
     f.hangs += r.hangs;
