@@ -42,6 +42,7 @@ class ShmLink final : public Link {
         control_(std::move(control)) {
     for (std::uint32_t s = 0; s < geometry_.slots; ++s) in_slots_.push_back(mine.slot(peer_slot, s));
     for (std::uint32_t s = 0; s < peer_geometry_.slots; ++s) out_slots_.push_back(theirs.slot(my_slot, s));
+    warm_outbound();
     // The control connection carries no data: a receive that nothing
     // matches turns its end-of-file or an abort notice into an error.
     control_->post_recv({nullptr, nullptr, 0, DataType::UInt8, ReduceOp::Sum}, {~0ull, ~0u});
@@ -104,6 +105,23 @@ class ShmLink final : public Link {
     std::size_t done;  // payload bytes published
     bool started;      // at least one slot published (an empty message needs one)
   };
+
+  // Touches, for writing, every page of the slots this link writes into
+  // (the peer's segment), and reads the channel's tail: the first access
+  // to a page from this process is slow (see Segment::create), so it is
+  // paid here rather than by a collective. Only this link writes these
+  // slots, and an atomic add of zero changes nothing a reader could see.
+  void warm_outbound() {
+    constexpr std::uintptr_t kPage = 4096;
+    const std::size_t stride = sizeof(SlotHeader) + peer_geometry_.slot_bytes;
+    for (unsigned char* slot : out_slots_) {
+      const auto begin = reinterpret_cast<std::uintptr_t>(slot);
+      for (std::uintptr_t a = (begin + kPage - 1) / kPage * kPage; a < begin + stride; a += kPage)
+        std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(a)).fetch_add(0, std::memory_order_relaxed);
+      std::atomic_ref<std::uint64_t>(reinterpret_cast<SlotHeader*>(slot)->seq).fetch_add(0, std::memory_order_relaxed);
+    }
+    (void)out_->tail.load(std::memory_order_relaxed);
+  }
 
   // Progresses the control connection. An abort notice on it becomes this
   // link's error (and its notice this link's). Its end-of-file means the
