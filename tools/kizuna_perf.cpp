@@ -4,6 +4,7 @@
 //   kizuna-run -n 4 kizuna-perf -b 8 -e 64M -f 2                  ranks as processes
 //   mpirun -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 kizuna-perf ...
 //   kizuna-perf --threads 4 -b 8 -e 64M -f 2                      ranks as threads
+//   kizuna-run -n 4 kizuna-perf --device cuda -b 8 -e 1G -f 2       GPU buffers
 //
 // Each size is one row: size, count, type, redop, root, then time (us),
 // algbw and busbw (GB/s) and #wrong for out-of-place and for in-place
@@ -17,7 +18,10 @@
 // MASTER_ADDR, MASTER_PORT (kizuna-run, torchrun), or Open MPI's
 // OMPI_COMM_WORLD_* with MASTER_ADDR/MASTER_PORT passed through -x.
 // --threads N runs N ranks as threads of this process over an in-process
-// store instead.
+// store instead. --device cuda puts the buffers in GPU memory (local rank L
+// on GPU L modulo the GPUs there are) and orders the calls on a CUDA stream;
+// inputs are computed and results checked on the host, copied across
+// outside the timed loop (perf/device_memory.hpp).
 //
 // Exit status: 0 every element right, 1 a wrong element or a failure (the
 // message is on stderr), 2 bad usage.
@@ -26,6 +30,7 @@
 #include <kizuna/hash_store.hpp>
 #include <kizuna/store.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -38,6 +43,7 @@
 
 #include "core/launch_env.hpp"
 #include "perf/args.hpp"
+#include "perf/device_memory.hpp"
 #include "perf/driver.hpp"
 
 namespace {
@@ -66,6 +72,7 @@ struct Options {
   Algorithm algorithm_value = Algorithm::Auto;
   std::string transport;  // empty: as the environment says
   int threads = 0;        // 0: ranks are processes
+  bool cuda = false;      // --device cuda: buffers on the GPU, calls on a stream
 };
 
 std::vector<DataType> parse_types(std::string_view text) {
@@ -122,6 +129,13 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
               throw UsageError("--transport='" + std::string(v) + "': accepted auto, tcp, shm");
             o.transport = std::string(v);
           });
+  p.value("", "--device", "NAME",
+          "cpu (default) or cuda: buffers in GPU memory, calls ordered on a CUDA stream; local rank "
+          "L uses GPU L modulo the GPUs there are",
+          [&](std::string_view v) {
+            if (v != "cpu" && v != "cuda") throw UsageError("--device='" + std::string(v) + "': accepted cpu, cuda");
+            o.cuda = v == "cuda";
+          });
   p.value("-t", "--threads", "N", "run N ranks as threads of this process",
           [&](std::string_view v) { o.threads = static_cast<int>(parse_integer("--threads", v, 1, 1024)); });
   if (!p.parse(argc, argv)) return false;
@@ -139,13 +153,23 @@ std::string transport_name(const Options& o) {
   return env && *env ? env : "auto";
 }
 
+// The communicator's device: "cpu", or with --device cuda "cuda:N", the GPU
+// of local rank `local_rank` (several ranks may share one).
+std::string device_for(const Options& o, int local_rank) {
+  if (!o.cuda) return "cpu";
+  return "cuda:" + std::to_string(std::max(local_rank, 0) % cuda_device_count());
+}
+
 // One rank's whole run; returns the wrong elements over every rank.
-std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& launcher) {
+std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& launcher,
+                      const std::string& device) {
   const PerfConfig& c = o.config;
   if (has_root(c.collective) && c.root >= comm.size())
     throw UsageError("--root " + std::to_string(c.root) + " is not a rank of a world of " +
                      std::to_string(comm.size()));
   PerfBuffers buffers(buffer_bytes(c));
+  std::unique_ptr<DeviceMemory> gpu;
+  if (o.cuda) gpu = make_device_memory(std::stoi(device.substr(device.find(':') + 1)), buffer_bytes(c));
   RunInfo info;
   info.tool = "kizuna-perf";
   info.collective = std::string(name(c.collective));
@@ -161,12 +185,12 @@ std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& l
   info.warmup = c.common.warmup;
   info.check = c.common.check;
   info.average = c.common.average;
-  info.rank_lines = gather_rank_lines(comm, info.transport);
+  info.rank_lines = gather_rank_lines(comm, device, info.transport);
 
   const bool printing = comm.rank() == 0;
   Report report(info, printing ? stdout : nullptr);
   report.header();
-  const std::int64_t wrong = run_sweep(comm, c, buffers, report);
+  const std::int64_t wrong = run_sweep(comm, c, buffers, gpu.get(), report);
   report.footer();
   if (printing && !c.common.json_path.empty()) report.write_json(c.common.json_path);
   if (printing && !c.common.csv_path.empty()) report.write_csv(c.common.csv_path);
@@ -188,8 +212,10 @@ int run_processes(const Options& o) {
   options.world_size = launch.world_size;
   options.name = "kizuna-perf";
   options.algorithm = o.algorithm_value;
+  const std::string device = device_for(o, launch.local_rank);
+  options.device = device;
   const auto comm = Communicator::create(options);
-  return run_rank(*comm, o, launch.source) ? 1 : 0;
+  return run_rank(*comm, o, launch.source, device) ? 1 : 0;
 }
 
 int run_threads(const Options& o) {
@@ -219,12 +245,14 @@ int run_threads(const Options& o) {
         options.world_size = n;
         options.name = "kizuna-perf";
         options.algorithm = o.algorithm_value;
+        const std::string device = device_for(o, r);
+        options.device = device;
         auto comm = Communicator::create(options);
         {
           std::lock_guard<std::mutex> lock(mutex);
           comms[r] = comm;
         }
-        wrong[r] = run_rank(*comm, o, "threads");
+        wrong[r] = run_rank(*comm, o, "threads", device);
       } catch (...) {
         errors[r] = std::current_exception();
         abort_all(r);

@@ -545,6 +545,22 @@ void check_types(DataType dtype, ReduceOp op, const char* call) {
                    ": avg is defined for floating types only, not ", name(dtype));
 }
 
+// A send or receive task (buffers left to the caller), its arguments checked.
+Task p2p_task(Task::Kind kind, const void* buffer, std::size_t count, DataType dtype, int peer, int rank,
+              int world) {
+  const char* call = kind == Task::Kind::Send ? "send" : "recv";
+  check_types(dtype, ReduceOp::Sum, call);
+  check_buffer(buffer, count, "buffer", call);
+  KIZUNA_CHECK_ARG(peer >= 0 && peer < world && peer != rank, call, ": peer ", peer,
+                   " is not another rank of a world of ", world);
+  Task t;
+  t.kind = kind;
+  t.count = count;
+  t.dtype = dtype;
+  t.root = peer;
+  return t;
+}
+
 }  // namespace
 
 Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -730,30 +746,14 @@ Work Communicator::barrier() {
 }
 
 Work Communicator::send(const void* buffer, std::size_t count, DataType dtype, int peer) {
-  check_types(dtype, ReduceOp::Sum, "send");
-  check_buffer(buffer, count, "buffer", "send");
-  KIZUNA_CHECK_ARG(peer >= 0 && peer < size() && peer != rank(), "send: peer ", peer,
-                   " is not another rank of a world of ", size());
-  Task t;
-  t.kind = Task::Kind::Send;
+  Task t = p2p_task(Task::Kind::Send, buffer, count, dtype, peer, rank(), size());
   t.input = buffer;
-  t.count = count;
-  t.dtype = dtype;
-  t.root = peer;
   return impl_->enqueue(std::move(t));
 }
 
 Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int peer) {
-  check_types(dtype, ReduceOp::Sum, "recv");
-  check_buffer(buffer, count, "buffer", "recv");
-  KIZUNA_CHECK_ARG(peer >= 0 && peer < size() && peer != rank(), "recv: peer ", peer,
-                   " is not another rank of a world of ", size());
-  Task t;
-  t.kind = Task::Kind::Recv;
+  Task t = p2p_task(Task::Kind::Recv, buffer, count, dtype, peer, rank(), size());
   t.output = buffer;
-  t.count = count;
-  t.dtype = dtype;
-  t.root = peer;
   return impl_->enqueue(std::move(t));
 }
 
@@ -847,30 +847,14 @@ Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
 }
 
 Work Communicator::send(const void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream) {
-  check_types(dtype, ReduceOp::Sum, "send");
-  check_buffer(buffer, count, "buffer", "send");
-  KIZUNA_CHECK_ARG(peer >= 0 && peer < size() && peer != rank(), "send: peer ", peer,
-                   " is not another rank of a world of ", size());
-  Task t;
-  t.kind = Task::Kind::Send;
-  t.count = count;
-  t.dtype = dtype;
-  t.root = peer;
+  Task t = p2p_task(Task::Kind::Send, buffer, count, dtype, peer, rank(), size());
   const std::size_t n = count * size_of(dtype);
   const auto r = stage(stream, buffer, n, 0, nullptr, 0, 0, n, impl_->timeout);
   return impl_->enqueue(std::move(t), &r);
 }
 
 Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream) {
-  check_types(dtype, ReduceOp::Sum, "recv");
-  check_buffer(buffer, count, "buffer", "recv");
-  KIZUNA_CHECK_ARG(peer >= 0 && peer < size() && peer != rank(), "recv: peer ", peer,
-                   " is not another rank of a world of ", size());
-  Task t;
-  t.kind = Task::Kind::Recv;
-  t.count = count;
-  t.dtype = dtype;
-  t.root = peer;
+  Task t = p2p_task(Task::Kind::Recv, buffer, count, dtype, peer, rank(), size());
   const std::size_t n = count * size_of(dtype);
   const auto r = stage(stream, nullptr, 0, 0, buffer, n, 0, n, impl_->timeout);
   return impl_->enqueue(std::move(t), &r);

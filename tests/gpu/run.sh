@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh: everything that needs a GPU, in one go, for a machine
 # with an NVIDIA GPU (CUDA at /usr/local/cuda). Builds with CUDA, runs the
-# GPU tests, a device all-reduce sweep (8 B .. 1 GiB, 2/4/8 ranks on one
-# GPU) and a device-to-device cudaMemcpy bandwidth measurement, and writes
+# GPU tests, a `kizuna-perf --device cuda` all-reduce sweep (8 B .. 1 GiB,
+# 2/4/8 ranks on one GPU) and a device-to-device cudaMemcpy bandwidth measurement, and writes
 # a summary to $OUT/gpu-summary.txt (or ./gpu-summary.txt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,10 +13,15 @@ start=$(date +%s)
   echo "# kizuna GPU run, $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   cmake -S . -B "$build" -DKIZUNA_CUDA=ON -DKIZUNA_BENCH=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" -j "$(nproc)" --target test_gpu kizuna-d2d-bandwidth >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target test_gpu kizuna-d2d-bandwidth kizuna-perf kizuna-run >/dev/null
   echo "## device-to-device copy rate (cudaMemcpy)"
   "$build/tests/gpu/kizuna-d2d-bandwidth"
-  echo "## GPU tests and device all-reduce sweep"
-  "$build/tests/gpu/test_gpu" --bench
+  echo "## GPU tests"
+  "$build/tests/gpu/test_gpu"
+  for n in 2 4 8; do
+    echo "## kizuna-perf --device cuda, all_reduce float32 sum, $n ranks on GPU 0"
+    "$build/bin/kizuna-run" --nproc-per-node "$n" -- "$build/bin/kizuna-perf" --device cuda \
+      -b 8 -e 1G -f 4 -n 10 -w 2
+  done
   echo "# total $(( $(date +%s) - start )) s"
 } 2>&1 | tee "$out/gpu-summary.txt"

@@ -1,7 +1,6 @@
 // test_gpu: every check that needs a GPU, in one executable.
 //
 //   test_gpu                 all checks; exit 0 passed, 1 failed, 77 no usable GPU
-//   test_gpu --bench         also a bandwidth sweep (tests/gpu/run.sh uses it)
 //   test_gpu --rank R ...    one rank of a multi-rank check (started by the above)
 //
 // Ranks are separate processes started with fork+exec (CUDA must not be
@@ -92,7 +91,7 @@ void check_reduce_kernel() {
 
 struct RankArgs {
   int rank = -1, world = 0, port = 0;
-  std::string mode;  // "check", "kill", "bench"
+  std::string mode;  // "check", "kill"
 };
 
 int run_rank(const RankArgs& a) {
@@ -127,24 +126,6 @@ int run_rank(const RankArgs& a) {
       return e.code() == ErrorCode::PeerLost ? 3 : 4;
     }
     return 5;  // nobody noticed the dead rank
-  }
-
-  if (a.mode == "bench") {
-    if (r == 0) std::printf("# all_reduce float32 sum, %d ranks on GPU, %s\n#%13s %12s %10s\n", n, comm->device().c_str(), "bytes", "time_us", "busbw_GBps");
-    for (std::size_t bytes = 8; bytes <= (1ull << 30); bytes *= 8) {
-      const std::size_t count = bytes / 4;
-      void* d = nullptr;
-      CUDA_OK(cudaMalloc(&d, bytes));
-      CUDA_OK(cudaMemset(d, 0, bytes));
-      const int iters = bytes >= (64u << 20) ? 3 : 20;
-      comm->all_reduce(d, d, count, DataType::Float32, ReduceOp::Sum, ds).wait();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) comm->all_reduce(d, d, count, DataType::Float32, ReduceOp::Sum, ds).wait();
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-      if (r == 0) std::printf("%14zu %12.1f %10.2f\n", bytes, us, bytes / us / 1e3 * 2.0 * (n - 1) / n);
-      cudaFree(d);
-    }
-    return 0;
   }
 
   // "check": every collective x dtype x op on device buffers.
@@ -249,11 +230,9 @@ std::vector<int> run_ranks(const char* self, int world, const std::string& mode)
 
 int main(int argc, char** argv) {
   RankArgs a;
-  bool bench = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--bench") bench = true;
-    else if (arg == "--rank" && i + 1 < argc) a.rank = std::atoi(argv[++i]);
+    if (arg == "--rank" && i + 1 < argc) a.rank = std::atoi(argv[++i]);
     else if (arg == "--world" && i + 1 < argc) a.world = std::atoi(argv[++i]);
     else if (arg == "--port" && i + 1 < argc) a.port = std::atoi(argv[++i]);
     else if (arg == "--mode" && i + 1 < argc) a.mode = argv[++i];
@@ -288,9 +267,6 @@ int main(int argc, char** argv) {
     for (int r : {0, 2, 3}) GPU_EXPECT(codes[r] == 3, "kill test: survivor %d exited %d, expected PeerLost (3)", r, codes[r]);
     std::printf("a rank killed mid-collective: survivors report PeerLost\n");
   }
-  if (bench)
-    for (int world : {2, 4, 8}) run_ranks(argv[0], world, "bench");
-
   // The reduce kernel last: it initialises CUDA in this process.
   check_reduce_kernel();
   std::printf("%s\n", g_failures ? "GPU checks FAILED" : "GPU checks passed");

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -212,7 +213,7 @@ TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
   const test::ProcessResult help = run_perf({"--help"});
   CHECK(help.exit_code == 0);
   for (const char* flag : {"-b", "-e", "-f", "-i", "-n", "-w", "-c", "-o", "-d", "-a", "--algo",
-                           "--transport", "--collective", "--root", "--json", "--csv", "--threads"})
+                           "--transport", "--collective", "--root", "--json", "--csv", "--threads", "--device"})
     CHECK(help.output.find(flag) != std::string::npos);
 
   const std::vector<std::vector<std::string>> bad = {
@@ -223,6 +224,7 @@ TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
       {"--collective", "all_to_all"},
       {"--algo", "butterfly"},
       {"--transport", "udp"},
+      {"--device", "tpu"},
       {"-o", "avg", "-d", "int32"},
       {"-o", "xor"},
       {"-d", "complex64"},
@@ -251,6 +253,33 @@ TEST_CASE("kizuna-perf without a launcher or --threads says how to start it", "[
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(r.output.find("--threads N") != std::string::npos);
+}
+
+TEST_CASE("kizuna-perf --device cuda: a checked sweep where there is a GPU, an error naming why where not", "[perf]") {
+  // What the NVIDIA driver lists, as kizuna-run counts it.
+  bool gpu = false;
+  if (std::filesystem::exists("/proc/driver/nvidia/gpus"))
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus")) gpu = true;
+  const test::ProcessResult r =
+      run_perf({"--threads", "2", "--device", "cuda", "-b", "8", "-e", "1M", "-f", "32", "-n", "2", "-w", "1"});
+  INFO(r.output);
+  if (!gpu) {
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find("--device cuda: ") != std::string::npos);
+    const bool says_why = r.output.find("no CUDA device") != std::string::npos ||
+                          r.output.find("CUDA cannot be used here") != std::string::npos ||
+                          r.output.find("built without CUDA") != std::string::npos;
+    CHECK(says_why);
+    return;
+  }
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("device cuda:0") != std::string::npos);
+  const auto rows = table_rows(r.output);
+  REQUIRE(rows.size() == 4);  // 8 B, 256 B, 8 KiB, 256 KiB
+  for (const auto& row : rows) {
+    CHECK(row[8] == "0");
+    CHECK(row[12] == "0");
+  }
 }
 
 TEST_CASE("the closed-form reference agrees with kizuna's reductions for every type and op", "[perf]") {

@@ -35,14 +35,15 @@ struct Call {
   Sizing sizing;
 };
 
-Call placement(Collective c, const Sizing& s, std::size_t elem, int rank, bool in_place,
-               PerfBuffers& buffers) {
+// Where a call of size `s` reads and writes in the buffers at `send` and
+// `recv` (host or device).
+Call placement(Collective c, const Sizing& s, std::size_t elem, int rank, bool in_place, unsigned char* send,
+               unsigned char* recv) {
   Call call;
   call.sizing = s;
-  unsigned char* recv = buffers.recv();
   call.recv = recv;
   if (!in_place) {
-    call.send = buffers.send();
+    call.send = send;
     return call;
   }
   switch (c) {
@@ -56,8 +57,18 @@ Call placement(Collective c, const Sizing& s, std::size_t elem, int rank, bool i
   return call;
 }
 
-Work launch(Communicator& comm, Collective c, const Call& call, DataType t, ReduceOp op, int root) {
+Work launch(Communicator& comm, Collective c, const Call& call, DataType t, ReduceOp op, int root,
+            const DeviceStream* stream) {
   const std::size_t n = call.sizing.count;
+  if (stream) {
+    switch (c) {
+      case Collective::AllReduce: return comm.all_reduce(call.send, call.recv, n, t, op, *stream);
+      case Collective::AllGather: return comm.all_gather(call.send, call.recv, n, t, *stream);
+      case Collective::ReduceScatter: return comm.reduce_scatter(call.send, call.recv, n, t, op, *stream);
+      case Collective::Broadcast: return comm.broadcast(call.send, call.recv, n, t, root, *stream);
+      case Collective::Reduce: return comm.reduce(call.send, call.recv, n, t, op, root, *stream);
+    }
+  }
   switch (c) {
     case Collective::AllReduce: return comm.all_reduce(call.send, call.recv, n, t, op);
     case Collective::AllGather: return comm.all_gather(call.send, call.recv, n, t);
@@ -70,12 +81,16 @@ Work launch(Communicator& comm, Collective c, const Call& call, DataType t, Redu
 
 // Writes this rank's inputs where `call` reads them, after poisoning the
 // whole receive area (so an output the collective never wrote is caught).
+// The bytes from the receive buffer's start that a call may write (or, in
+// place, read its input from).
+std::size_t recv_area_bytes(Collective c, const Sizing& s, std::size_t elem, bool in_place) {
+  return ((c == Collective::ReduceScatter && in_place) ? s.send_count : s.recv_count) * elem;
+}
+
 void prepare_check(Collective c, const Call& call, const ClosedForm& data, int rank, int root,
                    bool in_place, PerfBuffers& buffers) {
-  const std::size_t e = data.elem();
   const Sizing& s = call.sizing;
-  const std::size_t recv_area = (c == Collective::ReduceScatter && in_place) ? s.send_count : s.recv_count;
-  std::memset(buffers.recv(), kPoison, recv_area * e);
+  std::memset(buffers.recv(), kPoison, recv_area_bytes(c, s, data.elem(), in_place));
   void* in = const_cast<void*>(call.send);
   if (c == Collective::Broadcast) {
     if (rank == root) data.input(root, 0, s.send_count, in);
@@ -117,34 +132,51 @@ double reduce_time(Communicator& comm, double seconds, int average) {
   return finish_time(average, value, comm.size());
 }
 
-Measurement measure(Communicator& comm, const PerfConfig& cfg, const Call& call, const ClosedForm& data,
-                    bool in_place, PerfBuffers& buffers) {
+// With `device`, the calls run on its buffers and stream; inputs are still
+// computed and results checked in the host buffers, moved to and from the
+// device around the timed loop.
+Measurement measure(Communicator& comm, const PerfConfig& cfg, const Sizing& s, const ClosedForm& data,
+                    bool in_place, PerfBuffers& buffers, DeviceMemory* device) {
   const Collective c = cfg.collective;
   const int rank = comm.rank();
   const DataType t = data.dtype();
   const ReduceOp op = data.op();
+  const std::size_t e = data.elem();
+  const Call host = placement(c, s, e, rank, in_place, buffers.send(), buffers.recv());
+  const Call call = device ? placement(c, s, e, rank, in_place, device->send(), device->recv()) : host;
+  const DeviceStream stream = device ? device->stream() : DeviceStream{};
+  const DeviceStream* on = device ? &stream : nullptr;
+  // Host to device: the receive area (the input, in place) and the input.
+  auto upload = [&] {
+    if (!device) return;
+    device->upload(device->recv(), buffers.recv(), recv_area_bytes(c, s, e, in_place));
+    if (!in_place) device->upload(const_cast<void*>(call.send), host.send, s.send_count * e);
+  };
 
-  data.input(rank, 0, call.sizing.send_count, const_cast<void*>(call.send));
+  data.input(rank, 0, s.send_count, const_cast<void*>(host.send));
+  upload();
   const double local = time_calls(
-      cfg.common.warmup, cfg.common.iters, [&] { launch(comm, c, call, t, op, cfg.root).wait(); },
+      cfg.common.warmup, cfg.common.iters, [&] { launch(comm, c, call, t, op, cfg.root, on).wait(); },
       [&] { comm.barrier().wait(); });
   const double seconds = reduce_time(comm, local, cfg.common.average);
 
   std::int64_t wrong = -1;
   if (cfg.common.check) {
-    prepare_check(c, call, data, rank, cfg.root, in_place, buffers);
-    launch(comm, c, call, t, op, cfg.root).wait();
+    prepare_check(c, host, data, rank, cfg.root, in_place, buffers);
+    upload();
+    launch(comm, c, call, t, op, cfg.root, on).wait();
+    if (device) device->download(buffers.recv(), device->recv(), recv_area_bytes(c, s, e, in_place));
     std::string first_wrong;
-    std::int64_t mine = static_cast<std::int64_t>(count_wrong(c, call, data, rank, cfg.root, &first_wrong));
+    std::int64_t mine = static_cast<std::int64_t>(count_wrong(c, host, data, rank, cfg.root, &first_wrong));
     if (mine)
       std::fprintf(stderr, "kizuna-perf: rank %d: %s %s %s count %zu (%s): %lld wrong, first at %s\n",
                    rank, std::string(name(c)).c_str(), std::string(name(t)).c_str(),
-                   std::string(name(op)).c_str(), call.sizing.count, in_place ? "in-place" : "out-of-place",
+                   std::string(name(op)).c_str(), s.count, in_place ? "in-place" : "out-of-place",
                    static_cast<long long>(mine), first_wrong.c_str());
     comm.all_reduce(&mine, 1, DataType::Int64, ReduceOp::Sum).wait();
     wrong = mine;
   }
-  return measurement(call.sizing.bytes, seconds, bus_factor(c, comm.size()), wrong);
+  return measurement(s.bytes, seconds, bus_factor(c, comm.size()), wrong);
 }
 
 }  // namespace
@@ -159,13 +191,14 @@ std::size_t buffer_bytes(const PerfConfig& config) {
   return sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
 }
 
-std::vector<std::string> gather_rank_lines(Communicator& comm, const std::string& transport) {
+std::vector<std::string> gather_rank_lines(Communicator& comm, const std::string& device,
+                                           const std::string& transport) {
   constexpr std::size_t kLine = 160;
   char host[64] = {};
   ::gethostname(host, sizeof host - 1);
   char mine[kLine] = {};
-  std::snprintf(mine, kLine, "#  Rank %2d Group  0 Pid %6d on %10s device cpu transport %s", comm.rank(),
-                static_cast<int>(::getpid()), host, transport.c_str());
+  std::snprintf(mine, kLine, "#  Rank %2d Group  0 Pid %6d on %10s device %s transport %s", comm.rank(),
+                static_cast<int>(::getpid()), host, device.c_str(), transport.c_str());
   std::vector<char> all(kLine * static_cast<std::size_t>(comm.size()));
   comm.all_gather(mine, all.data(), kLine, DataType::UInt8).wait();
   std::vector<std::string> lines;
@@ -176,7 +209,8 @@ std::vector<std::string> gather_rank_lines(Communicator& comm, const std::string
   return lines;
 }
 
-std::int64_t run_sweep(Communicator& comm, const PerfConfig& cfg, PerfBuffers& buffers, Report& report) {
+std::int64_t run_sweep(Communicator& comm, const PerfConfig& cfg, PerfBuffers& buffers, DeviceMemory* device,
+                       Report& report) {
   const int world = comm.size();
   const bool reduces = has_op(cfg.collective);
   const std::vector<ReduceOp> ops = reduces ? cfg.ops : std::vector<ReduceOp>{ReduceOp::Sum};
@@ -195,8 +229,7 @@ std::int64_t run_sweep(Communicator& comm, const PerfConfig& cfg, PerfBuffers& b
         row.redop = reduces ? std::string(name(op)) : "none";
         row.root = has_root(cfg.collective) ? cfg.root : -1;
         for (const bool in_place : {false, true}) {
-          const Call call = placement(cfg.collective, s, elem, comm.rank(), in_place, buffers);
-          Measurement m = measure(comm, cfg, call, data, in_place, buffers);
+          Measurement m = measure(comm, cfg, s, data, in_place, buffers, device);
           if (m.wrong > 0) wrong += m.wrong;
           (in_place ? row.in_place : row.out_of_place) = m;
         }

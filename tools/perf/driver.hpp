@@ -6,7 +6,8 @@
 //   1. fills the inputs in closed form (perf/data.hpp),
 //   2. runs `warmup` untimed calls, then a barrier,
 //   3. times `iters` calls, each waited for before the next (a blocking
-//      call, as MPI_Allreduce and Gloo's run() are), and reduces the
+//      call, as MPI_Allreduce and Gloo's run() are; with --device cuda,
+//      Work::wait returns once the result is on the GPU), and reduces the
 //      per-call time across ranks as -a asks (mean, min, max or rank 0's),
 //   4. with the check on: refills the inputs, poisons the outputs, runs one
 //      more call and counts the wrong elements on every rank, summed over
@@ -29,6 +30,7 @@
 
 #include "args.hpp"
 #include "collective.hpp"
+#include "device_memory.hpp"
 #include "report.hpp"
 
 namespace kizuna::perf {
@@ -58,14 +60,18 @@ class PerfBuffers {
   std::unique_ptr<unsigned char, Free> send_, recv_;
 };
 
-// "#  Rank  0 Group  0 Pid  1234 on     host device cpu" for this process,
-// gathered from every rank (a collective; every rank gets all lines).
-std::vector<std::string> gather_rank_lines(Communicator& comm, const std::string& transport);
+// "#  Rank  0 Group  0 Pid  1234 on     host device cpu transport shm" for
+// this process, gathered from every rank (a collective; every rank gets all
+// lines).
+std::vector<std::string> gather_rank_lines(Communicator& comm, const std::string& device,
+                                           const std::string& transport);
 
 // Runs the sweep of `config`; every rank adds the same rows to its report
 // (only the printing rank's report has an output). Returns the number of
-// wrong elements over every rank.
-std::int64_t run_sweep(Communicator& comm, const PerfConfig& config, PerfBuffers& buffers,
+// wrong elements over every rank. With `device` (--device cuda) the calls
+// run on its buffers, ordered on its stream; `buffers` still hold the
+// inputs and the results being checked.
+std::int64_t run_sweep(Communicator& comm, const PerfConfig& config, PerfBuffers& buffers, DeviceMemory* device,
                        Report& report);
 
 // What `config` needs per rank: the largest size of the sweep.
