@@ -140,9 +140,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   bool stopping = false;
   // Waking the worker for every call costs two thread switches per call,
   // which is most of a small all-reduce's time when ranks outnumber cores.
-  // So enqueue() wakes it only when the last call was not run by its caller
-  // (callers_wait false) or when it sleeps without a deadline
-  // (worker_asleep); otherwise it finds the call at its next nap's end.
+  // So enqueue() wakes it only when the last call was not run by a caller
+  // that waited for it at once (callers_wait false) or when it sleeps
+  // without a deadline (worker_asleep); otherwise it finds the call at its
+  // next nap's end.
   bool callers_wait = false;
   bool worker_asleep = false;
   Clock::time_point last_enqueue;
@@ -230,6 +231,11 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   void run_inline(const std::shared_ptr<Task>& task) {
     std::unique_lock exec(exec_mutex, std::try_to_lock);
     if (!exec) return;
+    // A caller that waits as soon as it calls (a blocking pattern) lets the
+    // worker sleep through its calls; one that waits later, as DDP's
+    // finalize() does for its last bucket, says nothing about the calls it
+    // does not wait for, which still need the worker woken.
+    const bool at_once = Clock::now() - task->queued_at < kInlineGrace;
     for (;;) {
       std::shared_ptr<Task> next;
       {
@@ -237,7 +243,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         if (std::find(queue.begin(), queue.end(), task) == queue.end()) return;
         next = queue.front();
         queue.pop_front();
-        callers_wait = true;
+        if (at_once) callers_wait = true;
       }
       run_task(*next);
       if (next == task) return;
