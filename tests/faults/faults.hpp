@@ -204,6 +204,27 @@ inline double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
 }
 
+// What one trial found: its problems (empty: all well), the survivors
+// checked, how many were right, how many hung, when each detected the fault.
+struct TrialResult {
+  std::vector<std::string> problems;
+  int survivors = 0;
+  int correct = 0;
+  int hangs = 0;
+  std::vector<double> detect_ms;
+  std::string log;
+
+  // `header` ("rank 2 stopped, over tcp:"), then one problem per line, then
+  // the log: the text a failed trial is reported with.
+  std::string failure(const std::string& header) const {
+    std::ostringstream what;
+    what << header << "\n";
+    for (const auto& p : problems) what << "  " << p << "\n";
+    what << log;
+    return what.str();
+  }
+};
+
 struct Figures {
   std::string fault;
   int trials = 0;
@@ -212,6 +233,14 @@ struct Figures {
   int hangs = 0;
   std::vector<double> detect_ms;
   std::string note;
+
+  // Counts one trial's survivors into the figures.
+  void add(const TrialResult& r) {
+    expected += r.survivors;
+    correct += r.correct;
+    hangs += r.hangs;
+    detect_ms.insert(detect_ms.end(), r.detect_ms.begin(), r.detect_ms.end());
+  }
 
   std::string line() const {
     char buf[512];
@@ -314,17 +343,6 @@ inline double ms_since(Clock::time_point from, long long at_ns) {
 }
 
 // --- one trial's survivors -------------------------------------------------
-
-// What one trial found: its problems (empty: all well), the survivors
-// checked, how many were right, how many hung, when each detected the fault.
-struct TrialResult {
-  std::vector<std::string> problems;
-  int survivors = 0;
-  int correct = 0;
-  int hangs = 0;
-  std::vector<double> detect_ms;
-  std::string log;
-};
 
 // The part of judging a survivor that every fault shares: counts it; a
 // survivor that hung (`hung_note` says for how long) or raised no error is a

@@ -138,22 +138,17 @@ void kill_matrix(const std::string& transport) {
   for (std::size_t i = 0; i < trials.size(); ++i) {
     const Trial& t = trials[i];
     const TrialResult& r = results[i];
-    f.expected += r.survivors;
-    f.correct += r.correct;
-    f.hangs += r.hangs;
-    f.detect_ms.insert(f.detect_ms.end(), r.detect_ms.begin(), r.detect_ms.end());
+    f.add(r);
     for (double ms : r.detect_ms)
       if (ms > kDetectLimit / 4)
         std::printf("slow detection: %.0f ms in trial %zu (%s %s, world %d, count %zu, rank %d killed)\n", ms, i,
                     t.cell.collective.c_str(), t.cell.algorithm.c_str(), t.world, t.count, t.victim);
     if (r.problems.empty()) continue;
-    std::ostringstream what;
-    what << "trial " << i << ": " << t.cell.collective << " " << t.cell.algorithm << " over " << transport << ", world "
-         << t.world << ", count " << t.count << ", rank " << t.victim << " killed " << t.delay_ms
-         << " ms after ready:\n";
-    for (const auto& p : r.problems) what << "  " << p << "\n";
-    what << r.log;
-    FAIL_CHECK(what.str());
+    std::ostringstream header;
+    header << "trial " << i << ": " << t.cell.collective << " " << t.cell.algorithm << " over " << transport
+           << ", world " << t.world << ", count " << t.count << ", rank " << t.victim << " killed " << t.delay_ms
+           << " ms after ready:";
+    FAIL_CHECK(r.failure(header.str()));
   }
   f.note = "PeerLost naming the dead rank within 2 s; /dev/shm and store port checked";
   f.report();

@@ -126,16 +126,9 @@ TEST_CASE("a stopped rank: the others raise Timeout naming it in the stuck-rank 
   f.trials = static_cast<int>(trials.size());
   for (std::size_t i = 0; i < trials.size(); ++i) {
     const TrialResult& r = results[i];
-    f.expected += r.survivors;
-    f.correct += r.correct;
-    f.hangs += r.hangs;
-    f.detect_ms.insert(f.detect_ms.end(), r.detect_ms.begin(), r.detect_ms.end());
+    f.add(r);
     if (r.problems.empty()) continue;
-    std::ostringstream what;
-    what << "rank " << trials[i].victim << " stopped, over " << trials[i].transport << ":\n";
-    for (const auto& p : r.problems) what << "  " << p << "\n";
-    what << r.log;
-    FAIL_CHECK(what.str());
+    FAIL_CHECK(r.failure("rank " + std::to_string(trials[i].victim) + " stopped, over " + trials[i].transport + ":"));
   }
   f.note = "Timeout naming the stopped rank (stuck-rank report checked), ring, tcp and shm";
   f.report();

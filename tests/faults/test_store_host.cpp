@@ -27,15 +27,8 @@ struct Trial {
   int started = 0;          // ranks started (the world has one more)
 };
 
-struct StoreTrialResult {
-  std::vector<std::string> problems;
-  int clients = 0, correct = 0, hangs = 0;
-  std::vector<double> detect_ms;
-  std::string log;
-};
-
-StoreTrialResult run_trial(const Trial& t, unsigned seed) {
-  StoreTrialResult res;
+TrialResult run_trial(const Trial& t, unsigned seed) {
+  TrialResult res;
   std::mt19937 rng(seed);
   const int world = t.started + 1;
   const int port = store_port(rng);
@@ -86,21 +79,15 @@ StoreTrialResult run_trial(const Trial& t, unsigned seed) {
   const auto results = ranks.wait(ranks.all(), killed_at + std::chrono::seconds(kStoreTimeoutS - 5));
   if (server) server->wait(10s);
   for (int r : clients) {
-    ++res.clients;
-    const JobResult& jr = results[r];
-    const WorkerState s = parse(jr.output);
-    const std::string who = "rank " + std::to_string(t.standalone ? r + 1 : r) + ": ";
-    if (jr.hung) {
-      ++res.hangs;
-      res.problems.push_back(who + "still running " + std::to_string(kStoreTimeoutS - 5) + " s after the kill");
-      continue;
-    }
-    if (!s.errored) {
-      res.problems.push_back(who + "raised no error (exit " + std::to_string(jr.exit_code) + ")");
-      continue;
-    }
-    const double ms = ms_since(killed_at, s.at_ns);
-    res.detect_ms.push_back(ms);
+    // The clients are the trial's survivors.
+    const int shown = t.standalone ? r + 1 : r;
+    const std::optional<WorkerState> state = survivor_error(
+        res, shown, results[r], killed_at,
+        " (still running " + std::to_string(kStoreTimeoutS - 5) + " s after the kill)");
+    if (!state) continue;
+    const WorkerState& s = *state;
+    const std::string who = "rank " + std::to_string(shown) + ": ";
+    const double ms = res.detect_ms.back();
     const std::size_t before = res.problems.size();
     if (!contains(s.message, "store at " + address))
       res.problems.push_back(who + "the error does not name the store at " + address);
@@ -116,7 +103,7 @@ StoreTrialResult run_trial(const Trial& t, unsigned seed) {
 
 TEST_CASE("the store's host killed during rendezvous: every client errors naming the store", "[faults][store]") {
   const std::vector<Trial> trials = {{false, 2}, {false, 3}, {false, 4}, {true, 1}, {true, 2}, {true, 3}};
-  std::vector<StoreTrialResult> results(trials.size());
+  std::vector<TrialResult> results(trials.size());
   const unsigned seed = base_seed() ^ 0x570eu;
   parallel_for(static_cast<int>(trials.size()), 3,
                [&](int i) { results[i] = run_trial(trials[i], seed + static_cast<unsigned>(i)); });
@@ -124,18 +111,11 @@ TEST_CASE("the store's host killed during rendezvous: every client errors naming
   f.fault = "store host SIGKILLed in rendezvous";
   f.trials = static_cast<int>(trials.size());
   for (std::size_t i = 0; i < trials.size(); ++i) {
-    const StoreTrialResult& r = results[i];
-    f.expected += r.clients;
-    f.correct += r.correct;
-    f.hangs += r.hangs;
-    f.detect_ms.insert(f.detect_ms.end(), r.detect_ms.begin(), r.detect_ms.end());
+    const TrialResult& r = results[i];
+    f.add(r);
     if (r.problems.empty()) continue;
-    std::ostringstream what;
-    what << (trials[i].standalone ? "kizuna-store serve" : "rank 0") << " killed, " << trials[i].started
-         << " ranks waiting:\n";
-    for (const auto& p : r.problems) what << "  " << p << "\n";
-    what << r.log;
-    FAIL_CHECK(what.str());
+    FAIL_CHECK(r.failure(std::string(trials[i].standalone ? "kizuna-store serve" : "rank 0") + " killed, " +
+                         std::to_string(trials[i].started) + " ranks waiting:"));
   }
   f.note = "error naming the store address, store timeout 30 s; rank 0 and kizuna-store serve as host";
   f.report();
