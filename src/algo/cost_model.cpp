@@ -41,6 +41,7 @@ Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const L
                            bool one_shot) {
   if (c != Collective::AllReduce && c != Collective::Broadcast && c != Collective::Reduce)
     return Algorithm::Ring;
+  if (c == Collective::AllReduce && world > 1 && bytes >= link.tree_all_reduce_from) return Algorithm::Tree;
   Algorithm best = Algorithm::Ring;
   double best_us = predicted_us(c, Algorithm::Ring, bytes, world, link);
   std::vector<Algorithm> others{Algorithm::Tree};

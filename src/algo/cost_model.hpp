@@ -23,6 +23,10 @@ namespace kizuna::algo {
 struct LinkModel {
   double alpha_us = 25.0;              // per-message latency, microseconds
   double beta_us_per_byte = 0.0005;    // inverse bandwidth (0.0005 us/B = 2 GB/s)
+  // A measured crossover the alpha-beta terms cannot express: all-reduces of
+  // at least this many bytes take the tree (loopback TCP with more ranks
+  // than cores, where the ring's every step needs all ranks scheduled).
+  std::uint64_t tree_all_reduce_from = UINT64_MAX;
 };
 
 double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,

@@ -55,9 +55,6 @@ constexpr std::chrono::microseconds kInlineGrace{50};
 constexpr std::chrono::microseconds kWorkerNap{1000};
 constexpr std::chrono::milliseconds kAwake{50};
 
-// From this size, all-reduce takes the tree when loopback_tree is set.
-constexpr std::uint64_t kLoopbackTreeBytes = 1 << 20;
-
 // How long a failing rank spends telling its peers why.
 constexpr std::chrono::milliseconds kAbortGrace{300};
 
@@ -115,7 +112,6 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   algo::LinkModel link_model;
   bool one_shot = false;       // the cost model may pick one-shot (one node, shared memory)
   bool hierarchical = false;   // all-reduce goes node-local first (several nodes, shared memory)
-  bool loopback_tree = false;  // large all-reduces take the tree (TCP, one node, ranks outnumber cores)
 
   comm::Topology topology;
   std::unique_ptr<comm::ShmSegments> shm;  // before links: it must outlive them
@@ -307,11 +303,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     if (algo_override == Algorithm::Tree) return algo::Algorithm::Tree;
     if (algo_override == Algorithm::OneShot)
       return t.collective == Collective::AllReduce ? algo::Algorithm::OneShot : algo::Algorithm::Ring;
-    const std::uint64_t bytes = t.count * size_of(t.dtype);
-    if (loopback_tree && t.collective == Collective::AllReduce && bytes >= kLoopbackTreeBytes)
-      return algo::Algorithm::Tree;
-    return algo::choose_algorithm(t.collective, bytes, hierarchical ? topology.nodes : world, link_model,
-                                  one_shot);
+    return algo::choose_algorithm(t.collective, t.count * size_of(t.dtype),
+                                  hierarchical ? topology.nodes : world, link_model, one_shot);
   }
 
   void run_task(Task& t) {
@@ -638,7 +631,8 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   // the alpha-beta model, which sees independent links, ranks them the
   // other way (docs/performance.md). Every rank of one node sees the same
   // cores, so they agree.
-  impl->loopback_tree = !shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2;
+  if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2)
+    impl->link_model.tree_all_reduce_from = 1 << 20;
   impl->executor->set_spin(std::chrono::microseconds(env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 200),
                            oversubscribed ? 4 : 16);
   const std::pair<std::string, int> device =

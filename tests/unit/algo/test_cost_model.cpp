@@ -16,3 +16,14 @@ TEST_CASE("the cost model picks tree for small messages on many ranks, ring for 
   CHECK(choose_algorithm(Collective::AllGather, 4, 16, tcp) == Algorithm::Ring);
   CHECK(predicted_us(Collective::AllReduce, Algorithm::Ring, 1 << 20, 1, tcp) == 0.0);
 }
+
+TEST_CASE("a measured tree crossover overrides the model for large all-reduces only", "[cost]") {
+  LinkModel loopback;  // 25 us, 2 GB/s: the model alone prefers the ring for large messages
+  loopback.tree_all_reduce_from = 1 << 20;
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 4, LinkModel{}) == Algorithm::Ring);
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 4, loopback) == Algorithm::Tree);
+  CHECK(choose_algorithm(Collective::AllReduce, 1 << 20, 4, loopback) == Algorithm::Tree);
+  CHECK(choose_algorithm(Collective::AllReduce, (1 << 20) - 4, 4, loopback) ==
+        choose_algorithm(Collective::AllReduce, (1 << 20) - 4, 4, LinkModel{}));
+  CHECK(choose_algorithm(Collective::Broadcast, 64 << 20, 4, loopback) == Algorithm::Ring);
+}
