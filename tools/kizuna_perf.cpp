@@ -153,23 +153,25 @@ std::string transport_name(const Options& o) {
   return env && *env ? env : "auto";
 }
 
-// The communicator's device: "cpu", or with --device cuda "cuda:N", the GPU
-// of local rank `local_rank` (several ranks may share one).
-std::string device_for(const Options& o, int local_rank) {
-  if (!o.cuda) return "cpu";
-  return "cuda:" + std::to_string(std::max(local_rank, 0) % cuda_device_count());
+// Where a rank's buffers live: -1 for the host, or with --device cuda the
+// GPU of local rank `local_rank` (several ranks may share one).
+int gpu_for(const Options& o, int local_rank) {
+  return o.cuda ? std::max(local_rank, 0) % cuda_device_count() : -1;
 }
+
+// The communicator's device for `gpu`: "cpu" or "cuda:N".
+std::string device_name(int gpu) { return gpu < 0 ? "cpu" : "cuda:" + std::to_string(gpu); }
 
 // One rank's whole run; returns the wrong elements over every rank.
 std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& launcher,
-                      const std::string& device) {
+                      int gpu) {
   const PerfConfig& c = o.config;
   if (has_root(c.collective) && c.root >= comm.size())
     throw UsageError("--root " + std::to_string(c.root) + " is not a rank of a world of " +
                      std::to_string(comm.size()));
   PerfBuffers buffers(buffer_bytes(c));
-  std::unique_ptr<DeviceMemory> gpu;
-  if (o.cuda) gpu = make_device_memory(std::stoi(device.substr(device.find(':') + 1)), buffer_bytes(c));
+  std::unique_ptr<DeviceMemory> memory;
+  if (gpu >= 0) memory = make_device_memory(gpu, buffer_bytes(c));
   RunInfo info;
   info.tool = "kizuna-perf";
   info.collective = std::string(name(c.collective));
@@ -185,12 +187,12 @@ std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& l
   info.warmup = c.common.warmup;
   info.check = c.common.check;
   info.average = c.common.average;
-  info.rank_lines = gather_rank_lines(comm, device, info.transport);
+  info.rank_lines = gather_rank_lines(comm, device_name(gpu), info.transport);
 
   const bool printing = comm.rank() == 0;
   Report report(info, printing ? stdout : nullptr);
   report.header();
-  const std::int64_t wrong = run_sweep(comm, c, buffers, gpu.get(), report);
+  const std::int64_t wrong = run_sweep(comm, c, buffers, memory.get(), report);
   report.footer();
   if (printing && !c.common.json_path.empty()) report.write_json(c.common.json_path);
   if (printing && !c.common.csv_path.empty()) report.write_csv(c.common.csv_path);
@@ -212,10 +214,10 @@ int run_processes(const Options& o) {
   options.world_size = launch.world_size;
   options.name = "kizuna-perf";
   options.algorithm = o.algorithm_value;
-  const std::string device = device_for(o, launch.local_rank);
-  options.device = device;
+  const int gpu = gpu_for(o, launch.local_rank);
+  options.device = device_name(gpu);
   const auto comm = Communicator::create(options);
-  return run_rank(*comm, o, launch.source, device) ? 1 : 0;
+  return run_rank(*comm, o, launch.source, gpu) ? 1 : 0;
 }
 
 int run_threads(const Options& o) {
@@ -245,14 +247,14 @@ int run_threads(const Options& o) {
         options.world_size = n;
         options.name = "kizuna-perf";
         options.algorithm = o.algorithm_value;
-        const std::string device = device_for(o, r);
-        options.device = device;
+        const int gpu = gpu_for(o, r);
+        options.device = device_name(gpu);
         auto comm = Communicator::create(options);
         {
           std::lock_guard<std::mutex> lock(mutex);
           comms[r] = comm;
         }
-        wrong[r] = run_rank(*comm, o, "threads", device);
+        wrong[r] = run_rank(*comm, o, "threads", gpu);
       } catch (...) {
         errors[r] = std::current_exception();
         abort_all(r);

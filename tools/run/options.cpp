@@ -45,9 +45,7 @@ int to_int(const std::string& flag, const std::string& value, int min, int max) 
 }
 
 int count_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  if (const std::size_t allowed = allowed_cpus().size()) return static_cast<int>(allowed);
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
 }
