@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -54,6 +55,10 @@ constexpr std::chrono::microseconds kInlineGrace{50};
 // coming (kAwake since the last one), and then sleeps until woken.
 constexpr std::chrono::microseconds kWorkerNap{1000};
 constexpr std::chrono::milliseconds kAwake{50};
+// The largest collective a waiting caller may run directly, in its own
+// thread, before it is queued (see Impl::try_direct): beyond this the
+// queue's cost is a small part of the call's.
+constexpr std::size_t kDirectBytes = 64 << 10;
 
 // How long a failing rank spends telling its peers why.
 constexpr std::chrono::milliseconds kAbortGrace{300};
@@ -92,7 +97,12 @@ struct Task {
   std::uint64_t seq = 0;
   std::uint64_t history_id = 0;
   std::chrono::steady_clock::time_point queued_at;
-  std::shared_ptr<detail::WorkState> work;
+  std::shared_ptr<detail::WorkState> work;  // null for a direct call until it needs one
+  // A collective the executor has started and left part-run (a direct call
+  // that yielded): what it runs, kept alive until it ends.
+  bool running = false;
+  std::shared_ptr<const algo::RankSchedule> schedule;
+  comm::RunLabel label;
   // Device calls: the staged call, and where input and output sit in its
   // host buffer.
   std::shared_ptr<comm::StagedCall> staged;
@@ -246,7 +256,62 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
   }
 
+  // Records a call being queued, under queue_mutex.
+  void record_queued(Task& t) {
+    t.queued_at = Clock::now();
+    const std::string_view kind = t.kind == Task::Kind::Send   ? std::string_view("send to")
+                                  : t.kind == Task::Kind::Recv ? std::string_view("recv from")
+                                                               : algo::name(t.collective);
+    const bool rooted = t.collective == Collective::Broadcast || t.collective == Collective::Reduce;
+    t.history_id = history.queued(t.seq, kind, t.dtype, t.count,
+                                  t.kind != Task::Kind::Collective || rooted ? t.root : -1);
+  }
+
+  // The work handle of a queued task: Work::wait() may run it inline.
+  void make_work(const std::shared_ptr<Task>& task) {
+    if (!task->work) task->work = std::make_shared<detail::WorkState>();
+    std::weak_ptr<Impl> weak = weak_from_this();
+    task->work->run_inline = [weak, task] {
+      if (auto self = weak.lock()) self->run_inline(task);
+    };
+  }
+
+  // A small host collective from a caller whose calls are waited for at
+  // once, with nothing queued or running: the caller runs it here, without
+  // the queue, the worker or a Work to allocate, as a blocking library
+  // would. It is held at most kInlineGrace, and never sleeps: a peer that
+  // is not there by then leaves the call queued, part-run, for the
+  // caller's wait or the worker to finish, so that a caller may still issue
+  // further calls (on other communicators too) before it waits.
+  std::optional<Work> try_direct(Task& t) {
+    if (t.kind != Task::Kind::Collective || check || t.count * size_of(t.dtype) > kDirectBytes)
+      return std::nullopt;
+    std::unique_lock exec(exec_mutex, std::try_to_lock);
+    if (!exec) return std::nullopt;
+    {
+      std::lock_guard lock(queue_mutex);
+      if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
+      t.seq = next_seq++;
+      record_queued(t);
+      last_enqueue = t.queued_at;
+    }
+    if (run_task(t, t.queued_at + kInlineGrace)) return t.work ? Work(t.work) : Work();
+    auto task = std::make_shared<Task>(std::move(t));
+    make_work(task);
+    bool wake = false;
+    {
+      std::lock_guard lock(queue_mutex);
+      queue.push_front(task);  // nothing was queued meanwhile: the exec lock was held
+      wake = worker_asleep;
+    }
+    exec.unlock();
+    if (wake) queue_cv.notify_one();
+    return Work(task->work);
+  }
+
   Work enqueue(Task t, const comm::StageRequest* stage = nullptr) {
+    if (!stage)
+      if (std::optional<Work> done = try_direct(t)) return *std::move(done);
     auto task = std::make_shared<Task>(std::move(t));
     task->work = std::make_shared<detail::WorkState>();
     if (stage) {
@@ -263,17 +328,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       std::lock_guard lock(queue_mutex);
       KIZUNA_CHECK_ARG(!stopping, "communicator ", name, " is being destroyed");
       if (task->kind == Task::Kind::Collective) task->seq = next_seq++;
-      task->queued_at = Clock::now();
-      const std::string_view kind = task->kind == Task::Kind::Send   ? std::string_view("send to")
-                                    : task->kind == Task::Kind::Recv ? std::string_view("recv from")
-                                                                     : algo::name(task->collective);
-      const bool rooted = task->collective == Collective::Broadcast || task->collective == Collective::Reduce;
-      task->history_id = history.queued(task->seq, kind, task->dtype, task->count,
-                                        task->kind != Task::Kind::Collective || rooted ? task->root : -1);
-      std::weak_ptr<Impl> weak = weak_from_this();
-      task->work->run_inline = [weak, task] {
-        if (auto self = weak.lock()) self->run_inline(task);
-      };
+      record_queued(*task);
+      make_work(task);
       queue.push_back(task);
       last_enqueue = task->queued_at;
       wake = !callers_wait || worker_asleep;
@@ -307,7 +363,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
                                   hierarchical ? topology.nodes : world, link_model, one_shot);
   }
 
-  void run_task(Task& t) {
+  // Runs (or resumes) a task and finishes its Work; false, with nothing
+  // finished, when it yielded at `yield_at` part-run (see try_direct).
+  bool run_task(Task& t, Clock::time_point yield_at = Clock::time_point::max()) {
     std::exception_ptr error;
     try {
       if (broken.load()) {
@@ -322,7 +380,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       if (t.staged && !t.staged->wait_input(Clock::now() + timeout))
         KIZUNA_THROW(ErrorCode::Timeout, "the CUDA stream of ", label(t, algo::Algorithm::Ring).str(),
                      " did not deliver its input within ", timeout.count(), " ms");
-      execute(t);
+      if (!execute(t, yield_at)) return false;
     } catch (const Error& raw) {
       const Error e = raw.code() == ErrorCode::Timeout && t.kind == Task::Kind::Collective
                           ? explain_timeout(raw, t.seq)
@@ -335,9 +393,18 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       fail(Error(ErrorCode::Internal, e.what()));
       history.ended(t.history_id, false);
     }
+    t.running = false;
+    t.schedule.reset();
     if (!error) history.ended(t.history_id, true);
-    if (t.staged) t.staged->release(error);  // the Work finishes once the stream has the result
-    else t.work->finish(error);
+    if (t.staged) {
+      t.staged->release(error);  // the Work finishes once the stream has the result
+    } else if (t.work) {
+      t.work->finish(error);
+    } else if (error) {  // a direct call: only a failure needs a Work to carry it
+      t.work = std::make_shared<detail::WorkState>();
+      t.work->finish(error);
+    }
+    return true;
   }
 
   // A timeout names the rank this one waited for, but that rank may be
@@ -429,7 +496,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
   }
 
-  const algo::RankSchedule& schedule_for(const algo::ScheduleRequest& req) {
+  std::shared_ptr<const algo::RankSchedule> schedule_for(const algo::ScheduleRequest& req) {
     const auto key = std::tuple{static_cast<int>(req.collective), static_cast<int>(req.algorithm), req.root,
                                 req.count, req.elem_size};
     auto it = schedules.find(key);
@@ -437,19 +504,28 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       if (schedules.size() >= 64) schedules.clear();
       it = schedules.emplace(key, std::make_shared<const algo::RankSchedule>(algo::make_schedule(req))).first;
     }
-    return *it->second;
+    return it->second;
   }
 
   void ensure_scratch(std::size_t bytes) {
     if (scratch.size() < bytes) scratch.resize(bytes);  // zero-filled: pre-faulted
   }
 
-  void execute(Task& t) {
+  // False when the executor yielded at `yield_at` (t.running: resume it).
+  bool execute(Task& t, Clock::time_point yield_at) {
+    if (t.running) {
+      if (!executor->resume(t.label, yield_at)) return false;
+      finish_collective(t);
+      return true;
+    }
     const auto deadline = core::coarse_now() + timeout;
-    if (t.kind != Task::Kind::Collective) return execute_p2p(t, deadline);
+    if (t.kind != Task::Kind::Collective) {
+      execute_p2p(t, deadline);
+      return true;
+    }
     const algo::Algorithm a = choose(t);
-    const comm::RunLabel what = label(t, a);
-    if (check) verify_fingerprints(t, deadline, what);
+    t.label = label(t, a);
+    if (check) verify_fingerprints(t, deadline, t.label);
 
     algo::ScheduleRequest req;
     req.collective = t.collective;
@@ -461,12 +537,20 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     req.elem_size = size_of(t.dtype);
     req.slice_bytes = slice_bytes;
     if (hierarchical) req.node_of = topology.node_of;
-    const algo::RankSchedule& schedule = schedule_for(req);
+    t.schedule = schedule_for(req);
+    const algo::RankSchedule& schedule = *t.schedule;
     history.started(t.history_id, algo::name(schedule.algorithm),
                     static_cast<std::uint32_t>(schedule.steps.size()));
     ensure_scratch(schedule.scratch_count * req.elem_size);
-    executor->run(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, what);
+    t.running = true;
+    if (!executor->start(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, t.label,
+                         yield_at))
+      return false;
+    finish_collective(t);
+    return true;
+  }
 
+  void finish_collective(const Task& t) {
     if (t.op == ReduceOp::Avg) {
       const bool holds_result = t.collective == Collective::AllReduce ||
                                 t.collective == Collective::ReduceScatter ||

@@ -67,26 +67,28 @@ void Executor::post_send(int peer, const unsigned char* data, std::size_t bytes,
   pending_.push_back({link, number, data, data + bytes});
 }
 
-void Executor::wait_for_region(const unsigned char* begin, const unsigned char* end) {
+bool Executor::wait_for_region(const unsigned char* begin, const unsigned char* end) {
   for (const PendingSend& p : pending_) {
     if (p.begin < end && begin < p.end && p.link->sent_count() < p.number) {
       transport::Link* link = p.link;
       const std::uint64_t number = p.number;
-      wait_until([&] { return link->sent_count() >= number; }, link->peer());
+      if (!wait_until([&] { return link->sent_count() >= number; }, link->peer())) return false;
     }
   }
   // Forget sends that have completed.
   std::erase_if(pending_, [](const PendingSend& p) { return p.link->sent_count() >= p.number; });
+  return true;
 }
 
-void Executor::wait_all_sends() {
+bool Executor::wait_all_sends() {
   for (const PendingSend& p : pending_) {
     transport::Link* link = p.link;
     const std::uint64_t number = p.number;
-    if (link->sent_count() < number)
-      wait_until([&] { return link->sent_count() >= number; }, link->peer());
+    if (link->sent_count() < number && !wait_until([&] { return link->sent_count() >= number; }, link->peer()))
+      return false;
   }
   pending_.clear();
+  return true;
 }
 
 bool Executor::progress_busy() {
@@ -118,7 +120,7 @@ void Executor::check_peers() {
 }
 
 template <typename Done>
-void Executor::wait_until(Done&& done, int awaiting) {
+bool Executor::wait_until(Done&& done, int awaiting) {
   Clock::time_point spin_until;
   if (live_) live_->awaiting.store(awaiting, std::memory_order_relaxed);
   bool announced = false;
@@ -130,7 +132,7 @@ void Executor::wait_until(Done&& done, int awaiting) {
   int idle = 0;
   for (;;) {
     const bool moved = progress_busy();
-    if (done()) return;
+    if (done()) return true;
     if (moved) {
       idle = 0;
       yields = 0;
@@ -147,6 +149,8 @@ void Executor::wait_until(Done&& done, int awaiting) {
       KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms in ", label_->str(), ", step ",
                    step_ + 1, " of ", steps_);
     }
+    // A caller that must not be held (see start()) yields instead of sleeping.
+    if (now >= yield_at_) return false;
     if (now < spin_until) continue;
     if (yields < yields_) {
       ++yields;
@@ -154,6 +158,7 @@ void Executor::wait_until(Done&& done, int awaiting) {
       continue;
     }
     // Nothing moves: sleep until a busy link can, or the deadline.
+    if (yield_at_ != Clock::time_point::max()) return false;
     if (live_ && !announced) {
       live_->waiting_since_us.store(
           std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
@@ -189,75 +194,105 @@ void Executor::wait_until(Done&& done, int awaiting) {
   }
 }
 
-void Executor::run(const algo::RankSchedule& s, const ExecBuffers& b, DataType dtype, ReduceOp op,
-                   std::uint64_t seq, Clock::time_point deadline, const RunLabel& label) {
-  label_ = &label;
+bool Executor::start(const algo::RankSchedule& s, const ExecBuffers& b, DataType dtype, ReduceOp op,
+                     std::uint64_t seq, Clock::time_point deadline, const RunLabel& label,
+                     Clock::time_point yield_at) {
+  schedule_ = &s;
+  buffers_ = b;
+  dtype_ = dtype;
+  op_ = op;
+  seq_ = seq;
   deadline_ = deadline;
   started_ = core::coarse_now();
   steps_ = s.steps.size();
+  step_ = 0;
+  recv_posted_ = false;
+  draining_ = false;
   failed_peer_ = -1;
   cause_.reset();
   std::fill(send_index_.begin(), send_index_.end(), 0);
   std::fill(recv_index_.begin(), recv_index_.end(), 0);
   pending_.clear();
-  const std::size_t elem = s.request.elem_size;
   if (live_) {
     live_->seq.store(seq, std::memory_order_relaxed);
     live_->steps.store(static_cast<std::uint32_t>(steps_), std::memory_order_relaxed);
     live_->waiting_since_us.store(0, std::memory_order_relaxed);
   }
-  for (step_ = 0; step_ < steps_; ++step_) {
-    const algo::Step& step = s.steps[step_];
+  return resume(label, yield_at);
+}
+
+bool Executor::resume(const RunLabel& label, Clock::time_point yield_at) {
+  label_ = &label;
+  yield_at_ = yield_at;
+  return advance();
+}
+
+bool Executor::advance() {
+  for (; !draining_ && step_ < steps_; ++step_) {
     if (live_) live_->step.store(static_cast<std::uint32_t>(step_), std::memory_order_relaxed);
-    const std::size_t bytes = step.count * elem;
-    switch (step.op) {
-      case StepOp::Send:
-        post_send(step.send_peer, address(s, b, step.src, step.src_offset), bytes, seq);
-        break;
-      case StepOp::LocalReduce: {
-        unsigned char* dst = address(s, b, step.dst, step.dst_offset);
-        wait_for_region(dst, dst + bytes);
-        core::reduce(dst, address(s, b, step.src, step.src_offset), step.count, dtype, op);
-        break;
+    if (!run_step(schedule_->steps[step_])) return false;
+  }
+  if (!draining_) {
+    draining_ = true;
+    step_ = steps_ ? steps_ - 1 : 0;  // errors while draining name the last step
+  }
+  return wait_all_sends();
+}
+
+bool Executor::run_step(const algo::Step& step) {
+  const algo::RankSchedule& s = *schedule_;
+  const ExecBuffers& b = buffers_;
+  const std::size_t bytes = step.count * s.request.elem_size;
+  switch (step.op) {
+    case StepOp::Send:
+      post_send(step.send_peer, address(s, b, step.src, step.src_offset), bytes, seq_);
+      return true;
+    case StepOp::LocalReduce: {
+      unsigned char* dst = address(s, b, step.dst, step.dst_offset);
+      if (!wait_for_region(dst, dst + bytes)) return false;
+      core::reduce(dst, address(s, b, step.src, step.src_offset), step.count, dtype_, op_);
+      return true;
+    }
+    case StepOp::Copy: {
+      unsigned char* dst = address(s, b, step.dst, step.dst_offset);
+      const unsigned char* src = address(s, b, step.src, step.src_offset);
+      if (bytes && dst != src) {
+        if (!wait_for_region(dst, dst + bytes)) return false;
+        std::memcpy(dst, src, bytes);
       }
-      case StepOp::Copy: {
-        unsigned char* dst = address(s, b, step.dst, step.dst_offset);
-        const unsigned char* src = address(s, b, step.src, step.src_offset);
-        if (bytes && dst != src) {
-          wait_for_region(dst, dst + bytes);
-          std::memcpy(dst, src, bytes);
-        }
-        break;
-      }
-      case StepOp::Recv:
-      case StepOp::RecvCopySend:
-      case StepOp::RecvReduce:
-      case StepOp::RecvReduceSend: {
-        unsigned char* dst = address(s, b, step.dst, step.dst_offset);
-        wait_for_region(dst, dst + bytes);
-        transport::Link* link = links_[step.recv_peer];
-        KIZUNA_CHECK(link != nullptr, "no link from rank ", rank_, " to rank ", step.recv_peer);
+      return true;
+    }
+    case StepOp::Recv:
+    case StepOp::RecvCopySend:
+    case StepOp::RecvReduce:
+    case StepOp::RecvReduceSend: {
+      unsigned char* dst = address(s, b, step.dst, step.dst_offset);
+      transport::Link* link = links_[step.recv_peer];
+      KIZUNA_CHECK(link != nullptr, "no link from rank ", rank_, " to rank ", step.recv_peer);
+      if (!recv_posted_) {
+        if (!wait_for_region(dst, dst + bytes)) return false;
         transport::RecvSink sink;
         sink.dst = dst;
         sink.bytes = bytes;
-        sink.dtype = dtype;
-        sink.op = op;
+        sink.dtype = dtype_;
+        sink.op = op_;
         if (step.op == StepOp::RecvReduce || step.op == StepOp::RecvReduceSend)
           sink.src = address(s, b, step.src, step.src_offset);
-        link->post_recv(sink, {seq, recv_index_[step.recv_peer]++});
+        link->post_recv(sink, {seq_, recv_index_[step.recv_peer]++});
         recv_link_ = link;
-        wait_until([link] { return link->recv_done(); }, step.recv_peer);
-        recv_link_ = nullptr;
-        last_seq_from_[step.recv_peer] = seq;
-        last_time_from_[step.recv_peer] = core::coarse_now();
-        if (live_) live_->waiting_since_us.store(0, std::memory_order_relaxed);
-        if (step.sends()) post_send(step.send_peer, dst, bytes, seq);
-        break;
+        recv_posted_ = true;
       }
+      if (!wait_until([link] { return link->recv_done(); }, step.recv_peer)) return false;
+      recv_posted_ = false;
+      recv_link_ = nullptr;
+      last_seq_from_[step.recv_peer] = seq_;
+      last_time_from_[step.recv_peer] = core::coarse_now();
+      if (live_) live_->waiting_since_us.store(0, std::memory_order_relaxed);
+      if (step.sends()) post_send(step.send_peer, dst, bytes, seq_);
+      return true;
     }
   }
-  step_ = steps_ ? steps_ - 1 : 0;
-  wait_all_sends();
+  return true;
 }
 
 }  // namespace kizuna::comm

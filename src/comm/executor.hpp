@@ -60,7 +60,18 @@ class Executor {
   Executor(std::vector<transport::Link*> links, int rank);
 
   void run(const algo::RankSchedule& schedule, const ExecBuffers& buffers, DataType dtype,
-           ReduceOp op, std::uint64_t seq, Clock::time_point deadline, const RunLabel& label);
+           ReduceOp op, std::uint64_t seq, Clock::time_point deadline, const RunLabel& label) {
+    start(schedule, buffers, dtype, op, seq, deadline, label, Clock::time_point::max());
+  }
+
+  // The same, for a caller that must not be held long: when `yield_at`
+  // passes while it waits for a peer, or it would have to sleep, start()
+  // returns false and leaves the schedule part-run; resume() goes on from
+  // there (with the same schedule object and label contents, which must
+  // stay alive until it returns true). Nothing else may run in between.
+  bool start(const algo::RankSchedule& schedule, const ExecBuffers& buffers, DataType dtype, ReduceOp op,
+             std::uint64_t seq, Clock::time_point deadline, const RunLabel& label, Clock::time_point yield_at);
+  bool resume(const RunLabel& label, Clock::time_point yield_at);
 
   int failed_peer() const { return failed_peer_; }
   // The collective of the last message received from `peer` (0: none yet).
@@ -90,16 +101,21 @@ class Executor {
 
   unsigned char* address(const algo::RankSchedule& s, const ExecBuffers& b, algo::Buffer which,
                          std::uint64_t offset) const;
+  // Runs the steps from step_ on; false when it must yield (see start()).
+  bool advance();
+  bool run_step(const algo::Step& step);
   void post_send(int peer, const unsigned char* data, std::size_t bytes, std::uint64_t seq);
-  void wait_for_region(const unsigned char* begin, const unsigned char* end);
-  void wait_all_sends();
+  // These return false when they must yield, having changed nothing.
+  bool wait_for_region(const unsigned char* begin, const unsigned char* end);
+  bool wait_all_sends();
   // ", rank 3's last message here was in #16, 12.3 s ago" (or that none came).
   std::string last_heard(int peer) const;
 
-  // Progresses busy links until done() holds; `awaiting` names the peer
-  // whose message or progress we wait for (-1: any), for the error message.
+  // Progresses busy links until done() holds (true) or it must yield
+  // (false); `awaiting` names the peer whose message or progress we wait
+  // for (-1: any), for the error message.
   template <typename Done>
-  void wait_until(Done&& done, int awaiting);
+  bool wait_until(Done&& done, int awaiting);
   // progress() on every busy link; true if anything moved.
   bool progress_busy();
   // check_peer() on every shared-memory link (before sleeping).
@@ -120,8 +136,16 @@ class Executor {
   int failed_peer_ = -1;
   std::optional<transport::AbortNotice> cause_;
 
-  // What is running, for error messages.
-  const RunLabel* label_ = nullptr;
+  // What is running, and where it is.
+  const algo::RankSchedule* schedule_ = nullptr;
+  ExecBuffers buffers_;
+  DataType dtype_ = DataType::Float32;
+  ReduceOp op_ = ReduceOp::Sum;
+  std::uint64_t seq_ = 0;
+  bool recv_posted_ = false;  // the receive of step_ is posted
+  bool draining_ = false;     // every step has run; only sends are left
+  Clock::time_point yield_at_ = Clock::time_point::max();
+  const RunLabel* label_ = nullptr;  // for error messages
   std::size_t step_ = 0;
   std::size_t steps_ = 0;
   Clock::time_point deadline_;

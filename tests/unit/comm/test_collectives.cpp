@@ -259,6 +259,70 @@ TEST_CASE("a call nobody waits for completes on its own after callers ran theirs
   });
 }
 
+TEST_CASE("a caller that runs its small calls itself is not held when a peer is late", "[comm]") {
+  // After a run of calls waited for at once, a small call runs directly in
+  // its caller's thread; with the peer 300 ms late it must still return at
+  // once (queued, part-run) and complete on wait().
+  const int world = 2;
+  CommOptions options;
+  options.transport = GENERATE(Transport::Tcp, Transport::Shm);
+  const auto comms = make_comms(world, options);
+  run_ranks(world, [&](int r) {
+    Communicator& c = *comms[r];
+    for (int k = 0; k < 50; ++k) {
+      std::int32_t x = r + k;
+      c.all_reduce(&x, 1, DataType::Int32, ReduceOp::Sum).wait();
+      REQUIRE(x == 1 + 2 * k);
+    }
+    std::int64_t y = r + 1;
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto before = std::chrono::steady_clock::now();
+    const Work w = c.all_reduce(&y, 1, DataType::Int64, ReduceOp::Sum);
+    const auto held = std::chrono::steady_clock::now() - before;
+    if (r == 0) {
+      REQUIRE(held < std::chrono::milliseconds(150));
+      REQUIRE(!w.done());
+    }
+    w.wait();
+    REQUIRE(y == 3);
+  });
+}
+
+TEST_CASE("ranks may issue small calls on two communicators in different orders", "[comm]") {
+  // Rank 0 calls a then b, rank 1 calls b then a, and only then do they
+  // wait: each call is run by its caller only while its peer is there, so
+  // neither rank holds the other's first call hostage (a deadlock would
+  // end in the 5 s timeout).
+  const int world = 2;
+  CommOptions options;
+  options.transport = GENERATE(Transport::Tcp, Transport::Shm);
+  options.timeout = std::chrono::milliseconds(5000);
+  const auto a = make_comms(world, options);
+  const auto b = make_comms(world, options);
+  run_ranks(world, [&](int r) {
+    for (int k = 0; k < 20; ++k) {
+      std::int32_t x = 1, y = 2;
+      a[r]->all_reduce(&x, 1, DataType::Int32, ReduceOp::Sum).wait();
+      b[r]->all_reduce(&y, 1, DataType::Int32, ReduceOp::Sum).wait();
+      REQUIRE((x == 2 && y == 4));
+    }
+    for (int k = 0; k < 20; ++k) {
+      std::vector<float> x(100, 1.0f), y(100, 2.0f);
+      Work first, second;
+      if (r == 0) {
+        first = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+        second = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
+      } else {
+        first = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
+        second = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+      }
+      first.wait();
+      second.wait();
+      REQUIRE((x[99] == 2.0f && y[0] == 4.0f));
+    }
+  });
+}
+
 TEST_CASE("split makes independent groups that run different collectives at once", "[comm]") {
   const int world = 4;
   const auto comms = make_comms(world);
