@@ -1,6 +1,5 @@
 #include "algo/cost_model.hpp"
 
-#include <vector>
 
 namespace kizuna::algo {
 namespace {
@@ -44,9 +43,8 @@ Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const L
   if (c == Collective::AllReduce && world > 1 && bytes >= link.tree_all_reduce_from) return Algorithm::Tree;
   Algorithm best = Algorithm::Ring;
   double best_us = predicted_us(c, Algorithm::Ring, bytes, world, link);
-  std::vector<Algorithm> others{Algorithm::Tree};
-  if (one_shot && c == Collective::AllReduce) others.push_back(Algorithm::OneShot);
-  for (Algorithm a : others) {
+  for (Algorithm a : {Algorithm::Tree, Algorithm::OneShot}) {
+    if (a == Algorithm::OneShot && !(one_shot && c == Collective::AllReduce)) continue;
     const double us = predicted_us(c, a, bytes, world, link);
     if (us < best_us) best = a, best_us = us;
   }

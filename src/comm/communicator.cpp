@@ -507,6 +507,17 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     return it->second;
   }
 
+  // The last collective's plan: training and benchmarks repeat one shape,
+  // which then costs neither the cost model nor a look in `schedules`.
+  struct Plan {
+    Collective collective = Collective::AllReduce;
+    int root = 0;
+    std::uint64_t count = 0;
+    std::size_t elem = 0;
+    algo::Algorithm algorithm = algo::Algorithm::Ring;
+    std::shared_ptr<const algo::RankSchedule> schedule;  // null: no plan yet
+  } last_plan;
+
   void ensure_scratch(std::size_t bytes) {
     if (scratch.size() < bytes) scratch.resize(bytes);  // zero-filled: pre-faulted
   }
@@ -523,25 +534,28 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       execute_p2p(t, deadline);
       return true;
     }
-    const algo::Algorithm a = choose(t);
-    t.label = label(t, a);
+    const std::size_t elem = size_of(t.dtype);
+    Plan& p = last_plan;
+    if (!p.schedule || p.collective != t.collective || p.root != t.root || p.count != t.count || p.elem != elem) {
+      algo::ScheduleRequest req;
+      req.collective = t.collective;
+      req.algorithm = choose(t);
+      req.world_size = world;
+      req.rank = rank;
+      req.root = t.root;
+      req.count = t.count;
+      req.elem_size = elem;
+      req.slice_bytes = slice_bytes;
+      if (hierarchical) req.node_of = topology.node_of;
+      p = Plan{t.collective, t.root, t.count, elem, req.algorithm, schedule_for(req)};
+    }
+    t.label = label(t, p.algorithm);
     if (check) verify_fingerprints(t, deadline, t.label);
-
-    algo::ScheduleRequest req;
-    req.collective = t.collective;
-    req.algorithm = a;
-    req.world_size = world;
-    req.rank = rank;
-    req.root = t.root;
-    req.count = t.count;
-    req.elem_size = size_of(t.dtype);
-    req.slice_bytes = slice_bytes;
-    if (hierarchical) req.node_of = topology.node_of;
-    t.schedule = schedule_for(req);
+    t.schedule = p.schedule;
     const algo::RankSchedule& schedule = *t.schedule;
     history.started(t.history_id, algo::name(schedule.algorithm),
                     static_cast<std::uint32_t>(schedule.steps.size()));
-    ensure_scratch(schedule.scratch_count * req.elem_size);
+    ensure_scratch(schedule.scratch_count * elem);
     t.running = true;
     if (!executor->start(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, t.label,
                          yield_at))
