@@ -1,0 +1,301 @@
+// kernels/fifo_program.cuh: one rank's step table run over FIFO channels in
+// memory that every rank maps (CUDA IPC on the GPU), for the CPU and the
+// GPU alike.
+//
+// The CUDA IPC path runs a collective as one thread block per rank, all
+// ranks at once, each walking its own step table (step_table.cuh) and
+// passing messages through FIFOs instead of sockets. The protocol and the
+// walk are here, as __host__ __device__ code over a `Sync` policy (how a
+// block's threads meet and how flags are read and written), so the CPU
+// unit tests run the very same code with one host thread per rank against
+// the simulator; only the Sync policy and the kernel wrapper are GPU-only
+// (fifo_kernel.cu).
+//
+// Channels. The directed channel s -> r lives in r's memory: `slots` slots
+// of `slot_bytes`, a `ready` word per slot and one `tail` word. A message of
+// n elements travels as ceil(n / slot elements) chunks, each in the next
+// slot; the sender fills the slot, then stores its chunk number (1, 2, ...,
+// counted over the channel's whole life) in `ready` with release semantics;
+// the receiver waits for that number (acquire), uses the chunk in place and
+// then stores how many chunks it has released in `tail`, which the sender
+// reads before reusing a slot. Both ends keep their chunk counts across
+// calls in FifoCounters. An empty message sends nothing: both ends skip it,
+// because both walk the same schedule.
+//
+// The walk mirrors comm/executor.cpp: a Send step only queues the send,
+// queued sends move chunk by chunk whenever their channel has room, and a
+// step that writes a region a queued send still reads waits for that send
+// first. So every schedule the CPU executor runs deadlock-free runs here
+// too, with any FIFO depth. A receive with a send (RecvReduceSend,
+// RecvCopySend) receives the whole message into its destination and then
+// queues the send of that region.
+//
+// Each round, thread 0 finishes the last action (publishes the chunk,
+// releases the slot, advances the walk) and decides the next one; all
+// threads then run its elements; a barrier separates the rounds, so the
+// block's writes to a slot come before thread 0 publishes it.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/step_table.cuh"
+
+namespace kizuna::kernels {
+
+inline constexpr int kFifoMaxRanks = 64;
+inline constexpr int kFifoMaxPending = 72;
+
+// The directed channel from one rank to another, as the process at hand
+// addresses it (the receiver's memory, mapped by the sender).
+struct FifoChannel {
+  unsigned char* data = nullptr;  // slots x slot_bytes
+  std::uint64_t* ready = nullptr; // [slots]
+  std::uint64_t* tail = nullptr;  // released chunks
+};
+
+// Chunk counts of a rank's channels, kept across calls.
+struct FifoCounters {
+  std::uint64_t sent[kFifoMaxRanks];      // chunks published to each peer
+  std::uint64_t received[kFifoMaxRanks];  // chunks released from each peer
+};
+
+// What one rank's walk needs. `in[p]` is the channel p -> rank, `out[p]`
+// rank -> p; both arrays have `world` entries (the rank's own unused).
+struct FifoProgram {
+  const DeviceStep* steps = nullptr;
+  std::uint32_t step_count = 0;
+  int rank = 0;
+  int world = 1;
+  std::uint32_t slots = 0;
+  std::uint32_t slot_bytes = 0;  // a multiple of 16
+  const FifoChannel* in = nullptr;
+  const FifoChannel* out = nullptr;
+  FifoCounters* counters = nullptr;
+};
+
+enum class FifoStatus : std::uint32_t { Running = 0, Done = 1, Stopped = 2 };
+
+template <typename S>
+struct FifoSend {
+  const S* src;          // the region's first element
+  std::uint64_t count;   // elements
+  std::uint64_t done;    // elements published
+  int peer;
+};
+
+// The walk's state and the action of the round, shared by the block's
+// threads (__shared__ on the GPU).
+template <typename S>
+struct FifoState {
+  enum class Action : std::uint8_t { None, SendChunk, RecvChunk, Local, Finished, Stopped };
+  // The walk (thread 0's).
+  std::uint32_t step;
+  std::uint64_t step_done;  // elements of the current receive step received
+  FifoSend<S> pending[kFifoMaxPending];
+  int pending_count;
+  // The round's action, for every thread.
+  Action action;
+  DeviceStep work;  // run over elements [0, n) with in/out
+  const S* in;
+  S* out;
+  std::uint64_t n;
+  int peer;          // SendChunk, RecvChunk
+  int pending_index; // SendChunk
+};
+
+namespace fifo_detail {
+
+template <typename S>
+KIZUNA_HD S* address(const StepBuffers<S>& b, DeviceBuffer which, std::uint64_t offset) {
+  return b.buffer[static_cast<int>(which)] + offset;
+}
+
+template <typename S>
+KIZUNA_HD bool overlaps(const S* a, std::uint64_t an, const S* b, std::uint64_t bn) {
+  return an > 0 && bn > 0 && a < b + bn && b < a + an;
+}
+
+// True when a queued send still reads some of [p, p + n).
+template <typename S>
+KIZUNA_HD bool region_busy(const FifoState<S>& st, const S* p, std::uint64_t n) {
+  for (int i = 0; i < st.pending_count; ++i) {
+    const FifoSend<S>& s = st.pending[i];
+    if (overlaps(s.src + s.done, s.count - s.done, p, n)) return true;
+  }
+  return false;
+}
+
+KIZUNA_HD std::uint64_t slot_elems(const FifoProgram& p, std::uint64_t elem) { return p.slot_bytes / elem; }
+
+// Thread 0: the next action, waiting (through sync.keep_waiting()) while
+// nothing can move.
+template <typename S, typename Sync>
+KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S>& st, Sync& sync) {
+  using Action = typename FifoState<S>::Action;
+  const std::uint64_t chunk = slot_elems(p, sizeof(S));
+  for (bool moved = false;; moved = false) {
+    // Queued sends, the first to each peer only (a channel is in order).
+    bool peer_seen[kFifoMaxRanks] = {};
+    for (int i = 0; i < st.pending_count; ++i) {
+      FifoSend<S>& s = st.pending[i];
+      if (peer_seen[s.peer]) continue;
+      peer_seen[s.peer] = true;
+      const std::uint64_t sent = p.counters->sent[s.peer];
+      const FifoChannel& ch = p.out[s.peer];
+      if (sent - sync.load_acquire(ch.tail) >= p.slots) continue;  // no room yet
+      const std::uint64_t n = s.count - s.done < chunk ? s.count - s.done : chunk;
+      st.action = Action::SendChunk;
+      st.work = DeviceStep{};
+      st.work.op = DeviceOp::Send;
+      st.in = nullptr;
+      st.out = reinterpret_cast<S*>(ch.data + (sent % p.slots) * p.slot_bytes);
+      st.n = n;
+      st.peer = s.peer;
+      st.pending_index = i;
+      return;
+    }
+    // The current step.
+    while (st.step < p.step_count) {
+      const DeviceStep& s = p.steps[st.step];
+      if (s.count == 0) {  // nothing to move, and no message: the peer skips it too
+        ++st.step;
+        moved = true;
+        continue;
+      }
+      if (s.op == DeviceOp::Send) {
+        if (st.pending_count == kFifoMaxPending) break;  // let queued sends drain
+        st.pending[st.pending_count++] = FifoSend<S>{address(b, s.src, s.src_offset), s.count, 0, s.send_peer};
+        ++st.step;
+        moved = true;
+        continue;
+      }
+      S* dst = address(b, s.dst, s.dst_offset);
+      if (region_busy(st, dst, s.count)) break;
+      if (s.op == DeviceOp::Copy || s.op == DeviceOp::LocalReduce) {
+        st.action = Action::Local;
+        st.work = s;
+        st.in = nullptr;
+        st.out = nullptr;
+        st.n = s.count;
+        return;
+      }
+      // A receive: its next chunk, once published.
+      const std::uint64_t got = p.counters->received[s.recv_peer];
+      const FifoChannel& ch = p.in[s.recv_peer];
+      const std::uint64_t n = s.count - st.step_done < chunk ? s.count - st.step_done : chunk;
+      const bool last = st.step_done + n == s.count;
+      if (last && step_sends(s.op) && st.pending_count == kFifoMaxPending) break;
+      if (sync.load_acquire(ch.ready + got % p.slots) != got + 1) break;
+      st.action = Action::RecvChunk;
+      st.work = s;
+      st.work.op = s.op == DeviceOp::RecvReduceSend ? DeviceOp::RecvReduce
+                   : s.op == DeviceOp::RecvCopySend ? DeviceOp::Recv
+                                                    : s.op;
+      st.work.src_offset += st.step_done;
+      st.work.dst_offset += st.step_done;
+      st.work.count = n;
+      st.in = reinterpret_cast<const S*>(ch.data + (got % p.slots) * p.slot_bytes);
+      st.out = nullptr;
+      st.n = n;
+      st.peer = s.recv_peer;
+      return;
+    }
+    if (st.step == p.step_count && st.pending_count == 0) {
+      st.action = Action::Finished;
+      return;
+    }
+    if (!moved && !sync.keep_waiting()) {
+      st.action = Action::Stopped;
+      return;
+    }
+  }
+}
+
+// Thread 0, after every thread has run the action's elements.
+template <typename S, typename Sync>
+KIZUNA_HD void finish(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S>& st, Sync& sync) {
+  using Action = typename FifoState<S>::Action;
+  switch (st.action) {
+    case Action::SendChunk: {
+      FifoSend<S>& s = st.pending[st.pending_index];
+      std::uint64_t& sent = p.counters->sent[st.peer];
+      const FifoChannel& ch = p.out[st.peer];
+      sync.store_release(ch.ready + sent % p.slots, sent + 1);
+      ++sent;
+      s.done += st.n;
+      if (s.done == s.count) {
+        for (int i = st.pending_index + 1; i < st.pending_count; ++i) st.pending[i - 1] = st.pending[i];
+        --st.pending_count;
+      }
+      break;
+    }
+    case Action::RecvChunk: {
+      std::uint64_t& got = p.counters->received[st.peer];
+      ++got;
+      sync.store_release(p.in[st.peer].tail, got);
+      st.step_done += st.n;
+      const DeviceStep& s = p.steps[st.step];
+      if (st.step_done == s.count) {
+        if (step_sends(s.op))
+          st.pending[st.pending_count++] =
+              FifoSend<S>{address(b, s.dst, s.dst_offset), s.count, 0, s.send_peer};
+        st.step_done = 0;
+        ++st.step;
+      }
+      break;
+    }
+    case Action::Local: ++st.step; break;
+    default: break;
+  }
+}
+
+}  // namespace fifo_detail
+
+// Runs the program to its end (Done) or until sync.keep_waiting() gives up
+// (Stopped: the channels are then in an unknown state). Every thread of the
+// block calls it with the same `st` (shared); the Sync policy provides:
+//   int thread(), threads()            this thread's index, the block's size
+//   void barrier()                     all threads meet; memory is ordered
+//   std::uint64_t load_acquire(const std::uint64_t*)   (system scope)
+//   void store_release(std::uint64_t*, std::uint64_t)  (system scope)
+//   bool keep_waiting()                thread 0, when nothing can move:
+//                                      false to stop (deadline, abort)
+template <typename Codec, typename Op, typename Sync>
+KIZUNA_HD FifoStatus run_fifo_program(const FifoProgram& p, const StepBuffers<typename Codec::Storage>& b,
+                                      FifoState<typename Codec::Storage>& st, Sync& sync) {
+  using S = typename Codec::Storage;
+  using Action = typename FifoState<S>::Action;
+  // Elements per thread per turn: 16 bytes' worth, so a thread's loads are
+  // one vector and neighbouring threads' are adjacent.
+  constexpr std::uint64_t kGroup = 16 / sizeof(S) > 0 ? 16 / sizeof(S) : 1;
+  if (sync.thread() == 0) {
+    st.step = 0;
+    st.step_done = 0;
+    st.pending_count = 0;
+    st.action = Action::None;
+  }
+  for (;;) {
+    if (sync.thread() == 0) {
+      fifo_detail::finish(p, b, st, sync);
+      fifo_detail::decide(p, b, st, sync);
+    }
+    sync.barrier();
+    const Action action = st.action;
+    if (action == Action::Finished) return FifoStatus::Done;
+    if (action == Action::Stopped) return FifoStatus::Stopped;
+    const std::uint64_t n = st.n;
+    const std::uint64_t stride = static_cast<std::uint64_t>(sync.threads()) * kGroup;
+    for (std::uint64_t i = static_cast<std::uint64_t>(sync.thread()) * kGroup; i < n; i += stride) {
+      const std::uint64_t end = i + kGroup < n ? i + kGroup : n;
+      if (action == Action::SendChunk) {
+        const FifoSend<S>& s = st.pending[st.pending_index];
+        for (std::uint64_t k = i; k < end; ++k) st.out[k] = s.src[s.done + k];
+      } else {
+        run_step<Codec, Op>(st.work, b, st.in, st.out, i, end);
+      }
+    }
+    sync.barrier();
+  }
+}
+
+}  // namespace kizuna::kernels
