@@ -21,6 +21,7 @@
 #include "algo/schedule.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/device_backend.hpp"
+#include "comm/device_steps.hpp"
 #include "comm/executor.hpp"
 #include "comm/fingerprint.hpp"
 #include "comm/history.hpp"
@@ -128,6 +129,14 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::vector<std::unique_ptr<transport::Link>> links;
   std::unique_ptr<comm::Executor> executor;
   std::unique_ptr<comm::DeviceBackend> device;  // null: a CPU communicator
+  // Device collectives run GPU to GPU (device->launch) rather than staged:
+  // every rank's device joined at creation. Their schedules, encoded, by
+  // (collective, algorithm, root, count, element size), under direct_mutex.
+  bool direct = false;
+  std::mutex direct_mutex;
+  std::uint64_t direct_seq = 0;
+  std::map<std::tuple<int, int, int, std::uint64_t, std::uint64_t>,
+           std::pair<std::vector<kernels::DeviceStep>, std::uint64_t>> direct_tables;
   comm::History history;
   comm::LiveProgress live;
   std::uint64_t dump_handle = 0;
@@ -309,7 +318,71 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     return Work(task->work);
   }
 
+  // A device collective, GPU to GPU: launched on the caller's stream at
+  // once, in call order, outside the queue (the host's calls and these use
+  // different channels). The Work finishes when the stream has run it.
+  Work launch_direct(Task& t, const comm::StageRequest& r) {
+    if (broken.load()) {
+      std::lock_guard lock(error_mutex);
+      std::rethrow_exception(fatal);
+    }
+    auto work = std::make_shared<detail::WorkState>();
+    std::lock_guard lock(direct_mutex);
+    const algo::Algorithm a = choose(t);
+    const std::size_t elem = size_of(t.dtype);
+    const auto key = std::tuple{static_cast<int>(t.collective), static_cast<int>(a), t.root,
+                                static_cast<std::uint64_t>(t.count), static_cast<std::uint64_t>(elem)};
+    auto it = direct_tables.find(key);
+    if (it == direct_tables.end()) {
+      if (direct_tables.size() >= 64) direct_tables.clear();
+      algo::ScheduleRequest req;
+      req.collective = t.collective;
+      req.algorithm = a;
+      req.world_size = world;
+      req.rank = rank;
+      req.root = t.root;
+      req.count = t.count;
+      req.elem_size = elem;
+      req.slice_bytes = slice_bytes;
+      const algo::RankSchedule schedule = algo::make_schedule(req);
+      it = direct_tables.emplace(key, std::pair{comm::encode_steps(schedule), schedule.scratch_count}).first;
+    }
+    t.seq = ++direct_seq;
+    const std::uint64_t id = history.queued(t.seq, algo::name(t.collective), t.dtype, t.count, -1);
+    history.started(id, algo::name(a), static_cast<std::uint32_t>(it->second.first.size()));
+    comm::DirectCall call;
+    call.table = &it->second.first;
+    call.scratch_bytes = it->second.second * elem;
+    call.input = r.send;
+    call.output = r.recv;
+    call.dtype = t.dtype;
+    call.op = t.op;
+    const bool holds_result = t.collective == Collective::AllReduce || t.collective == Collective::ReduceScatter ||
+                              (t.collective == Collective::Reduce && rank == t.root);
+    call.avg_count = t.op == ReduceOp::Avg && holds_result ? t.count : 0;
+    call.avg_divisor = world;
+    call.stream = r.stream;
+    call.timeout = timeout;
+    call.what = std::string(algo::name(t.collective)) + " #" + std::to_string(t.seq) + " on device (" +
+                std::string(algo::name(a)) + ") on rank " + std::to_string(rank) + " of " + name;
+    std::weak_ptr<Impl> weak = weak_from_this();
+    device->launch(call, [weak, work, id](std::exception_ptr e) {
+      if (auto self = weak.lock()) {
+        self->history.ended(id, e == nullptr);
+        // Unusable from now on; the links stay the worker's (fail() would
+        // write to them from CUDA's callback thread).
+        if (e && !self->broken.exchange(true)) {
+          std::lock_guard lock(self->error_mutex);
+          self->fatal = e;
+        }
+      }
+      work->finish(std::move(e));
+    });
+    return Work(work);
+  }
+
   Work enqueue(Task t, const comm::StageRequest* stage = nullptr) {
+    if (stage && direct && t.kind == Task::Kind::Collective) return launch_direct(t, *stage);
     if (!stage)
       if (std::optional<Work> done = try_direct(t)) return *std::move(done);
     auto task = std::make_shared<Task>(std::move(t));
@@ -742,6 +815,17 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   if (device.first != "cpu") {
     const int local_rank = options.local_rank >= 0 ? options.local_rank : core::LaunchEnv::from_process().local_rank;
     impl->device = comm::make_device_backend(device.first, device.second, local_rank);
+    // GPU to GPU when every rank's device can join (one node: CUDA IPC),
+    // else staged. Every rank asks, so that all decide alike.
+    if (impl->topology.nodes == 1 && env.cuda_ipc) {
+      std::string why;
+      impl->direct = impl->device->connect(*options.store, impl->name + "/cuda-ipc", impl->rank, impl->world,
+                                           std::min<std::chrono::milliseconds>(setup, std::chrono::seconds(60)), &why);
+      if (!impl->direct) {
+        KIZUNA_LOG(Warn) << "communicator " << impl->name << ": device collectives are staged through host memory: "
+                         << why;
+      }
+    }
   }
   impl->p2p_sent.assign(impl->world, 0);
   impl->p2p_received.assign(impl->world, 0);
@@ -993,6 +1077,7 @@ void Communicator::abort(const std::string& reason) {
   }
   for (auto& link : impl_->links)
     if (link) link->interrupt();
+  if (impl_->device) impl_->device->abort();
   impl_->fail_queued(std::make_exception_ptr(error));
 }
 

@@ -2,12 +2,16 @@
 // registry, the one place that knows which device backends exist (and the
 // only file outside src/cuda and kernels/ with #if KIZUNA_HAS_CUDA).
 //
-// A device call is staged: the backend arms the caller's stream so that
+// A device call is either direct (launch(): the GPUs run the schedule
+// themselves, after connect() joined them) or staged: the backend arms the caller's stream so that
 // the input reaches a host buffer, the stream then waits while the
 // communicator runs the ordinary host collective on that buffer, and the
 // result goes back to the device in stream order; `on_done` runs once it is
 // there (see src/cuda/staging.hpp).
 #pragma once
+
+#include <kizuna/store.hpp>
+#include <kizuna/types.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -15,6 +19,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "core/check.hpp"
+#include "kernels/step_table.cuh"
 
 namespace kizuna::comm {
 
@@ -40,6 +48,22 @@ struct StageRequest {
   std::chrono::milliseconds timeout{0};
 };
 
+// A collective run on the devices themselves, GPU to GPU (CUDA IPC among
+// the ranks of one node): a rank's encoded schedule and its buffers.
+struct DirectCall {
+  const std::vector<kernels::DeviceStep>* table = nullptr;
+  std::size_t scratch_bytes = 0;
+  const void* input = nullptr;
+  void* output = nullptr;
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  std::size_t avg_count = 0;  // Avg: the output elements to divide by avg_divisor
+  double avg_divisor = 1.0;
+  void* stream = nullptr;
+  std::chrono::milliseconds timeout{0};
+  std::string what;  // the call, for errors
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -47,6 +71,25 @@ class DeviceBackend {
   virtual std::string describe() const = 0;
   virtual std::shared_ptr<StagedCall> stage(const StageRequest& request,
                                             std::function<void(std::exception_ptr)> on_done) = 0;
+
+  // Joins this rank's device to its peers' for direct calls, collectively
+  // over `store` (every rank of the communicator calls it). False, with
+  // `why`, when that is not possible on every rank: then no rank uses
+  // direct calls.
+  virtual bool connect(Store& store, const std::string& prefix, int rank, int world,
+                       std::chrono::milliseconds timeout, std::string* why) {
+    (void)store, (void)prefix, (void)rank, (void)world, (void)timeout;
+    *why = "this device backend has no direct path";
+    return false;
+  }
+  // After a successful connect(): enqueues `call` on its stream and
+  // returns; `on_done` runs once the stream has run it.
+  virtual void launch(const DirectCall& call, std::function<void(std::exception_ptr)> on_done) {
+    (void)call, (void)on_done;
+    KIZUNA_THROW(ErrorCode::Internal, "launch() on a device backend without a direct path");
+  }
+  // Stops direct calls running or queued (they end with an error).
+  virtual void abort() {}
 };
 
 // `device` is "cuda" (index -1: the GPU local_rank picks) or another name.

@@ -5,6 +5,7 @@
 #include "core/check.hpp"
 
 #if KIZUNA_HAS_CUDA
+#include "cuda/ipc_world.hpp"
 #include "cuda/staging.hpp"
 #endif
 
@@ -28,8 +29,26 @@ class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(int index) : index_(index) {}
   std::string describe() const override {
-    return "cuda:" + std::to_string(index_) + " (" + cuda::device_name(index_) +
-           "), staged through pinned host memory";
+    return "cuda:" + std::to_string(index_) + " (" + cuda::device_name(index_) + "), " +
+           (ipc_ ? "GPU to GPU through CUDA IPC" : "staged through pinned host memory");
+  }
+  bool connect(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout,
+               std::string* why) override {
+    try {
+      ipc_ = cuda::IpcWorld::connect(store, prefix, rank, world, index_, cuda::IpcGeometry{}, timeout);
+      return true;
+    } catch (const Error& e) {
+      *why = e.what();
+      return false;
+    }
+  }
+  void launch(const DirectCall& c, std::function<void(std::exception_ptr)> on_done) override {
+    KIZUNA_CHECK(ipc_ != nullptr, "launch() before connect()");
+    ipc_->launch(*c.table, c.scratch_bytes, c.input, c.output, c.dtype, c.op, c.avg_count, c.avg_divisor, c.stream,
+                 c.timeout, c.what, std::move(on_done));
+  }
+  void abort() override {
+    if (ipc_) ipc_->abort();
   }
   std::shared_ptr<StagedCall> stage(const StageRequest& r, std::function<void(std::exception_ptr)> on_done) override {
     return std::make_shared<CudaStaged>(cuda::StagedCall::start(index_, r.stream, r.send, r.send_bytes, r.in_offset,
@@ -39,6 +58,7 @@ class CudaBackend final : public DeviceBackend {
 
  private:
   int index_;
+  std::unique_ptr<cuda::IpcWorld> ipc_;
 };
 
 }  // namespace

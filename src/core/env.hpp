@@ -54,6 +54,7 @@ struct Env {
   // "cuda:N"; device_index is N, or -1.
   std::string device = "cpu";
   int device_index = -1;
+  bool cuda_ipc = true;                                // KIZUNA_CUDA_IPC
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,
   // each as a ready-to-log sentence.

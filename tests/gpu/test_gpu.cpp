@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -92,6 +93,7 @@ void check_reduce_kernel() {
 struct RankArgs {
   int rank = -1, world = 0, port = 0;
   std::string mode;  // "check", "kill"
+  bool ipc = true;   // KIZUNA_CUDA_IPC: GPU to GPU, or staged through the host
 };
 
 int run_rank(const RankArgs& a) {
@@ -104,8 +106,15 @@ int run_rank(const RankArgs& a) {
   o.world_size = a.world;
   o.device = "cuda";
   o.local_rank = a.rank;
-  o.timeout = std::chrono::seconds(60);
+  o.timeout = std::chrono::seconds(a.mode == "kill" ? 10 : 60);
   auto comm = Communicator::create(o);
+  // The path must be the one asked for: IPC joins one GPU's ranks, and
+  // KIZUNA_CUDA_IPC=0 stages.
+  const std::string path = comm->device();
+  if (path.find(a.ipc ? "CUDA IPC" : "staged") == std::string::npos) {
+    std::printf("rank %d: expected the %s path, got %s\n", a.rank, a.ipc ? "CUDA IPC" : "staged", path.c_str());
+    return 2;
+  }
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
   const DeviceStream ds{stream};
@@ -123,7 +132,7 @@ int run_rank(const RankArgs& a) {
       }
     } catch (const Error& e) {
       std::printf("rank %d: %s: %s\n", r, name(e.code()).data(), e.what());
-      return e.code() == ErrorCode::PeerLost ? 3 : 4;
+      return e.code() == ErrorCode::PeerLost ? 3 : e.code() == ErrorCode::Timeout ? 6 : 4;
     }
     return 5;  // nobody noticed the dead rank
   }
@@ -196,12 +205,13 @@ int run_rank(const RankArgs& a) {
 
 // ---- the parent: starts ranks as processes -----------------------------------
 
-std::vector<int> run_ranks(const char* self, int world, const std::string& mode) {
+std::vector<int> run_ranks(const char* self, int world, const std::string& mode, bool ipc) {
   TcpStoreServer server(TcpStoreOptions{});
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ::setenv("KIZUNA_CUDA_IPC", ipc ? "1" : "0", 1);
       const std::string rs = std::to_string(r), ws = std::to_string(world), ps = std::to_string(server.port());
       ::execl(self, self, "--rank", rs.c_str(), "--world", ws.c_str(), "--port", ps.c_str(), "--mode", mode.c_str(),
               static_cast<char*>(nullptr));
@@ -236,6 +246,8 @@ int main(int argc, char** argv) {
     else if (arg == "--world" && i + 1 < argc) a.world = std::atoi(argv[++i]);
     else if (arg == "--port" && i + 1 < argc) a.port = std::atoi(argv[++i]);
     else if (arg == "--mode" && i + 1 < argc) a.mode = argv[++i];
+  const char* ipc = std::getenv("KIZUNA_CUDA_IPC");
+  a.ipc = ipc == nullptr || std::string(ipc) != "0";
   }
   if (a.rank >= 0) {
     try {
@@ -257,15 +269,28 @@ int main(int argc, char** argv) {
     return 77;
   }
 
-  for (int world : {2, 3, 4, 8}) {
-    const auto codes = run_ranks(argv[0], world, "check");
-    for (int r = 0; r < world; ++r) GPU_EXPECT(codes[r] == 0, "check with %d ranks: rank %d exited %d", world, r, codes[r]);
-    std::printf("device collectives, %d ranks on one GPU: %s\n", world, g_failures ? "FAILED" : "ok");
-  }
-  {
-    const auto codes = run_ranks(argv[0], 4, "kill");
-    for (int r : {0, 2, 3}) GPU_EXPECT(codes[r] == 3, "kill test: survivor %d exited %d, expected PeerLost (3)", r, codes[r]);
-    std::printf("a rank killed mid-collective: survivors report PeerLost\n");
+  // GPU to GPU through CUDA IPC, then staged (KIZUNA_CUDA_IPC=0, the
+  // fallback when IPC cannot join the ranks).
+  for (const bool ipc : {true, false}) {
+    const char* path = ipc ? "CUDA IPC" : "staged";
+    for (int world : ipc ? std::vector<int>{2, 3, 4, 8} : std::vector<int>{2, 4}) {
+      const int before = g_failures;
+      const auto codes = run_ranks(argv[0], world, "check", ipc);
+      for (int r = 0; r < world; ++r)
+        GPU_EXPECT(codes[r] == 0, "%s check with %d ranks: rank %d exited %d", path, world, r, codes[r]);
+      std::printf("device collectives, %s, %d ranks on one GPU: %s\n", path, world, g_failures > before ? "FAILED" : "ok");
+    }
+    // A rank killed mid-collective: the others end with an error, within
+    // their 10 s deadline (PeerLost staged; IPC kernels see only the
+    // deadline, or PeerLost when the host noticed first).
+    const auto start = std::chrono::steady_clock::now();
+    const auto codes = run_ranks(argv[0], 4, "kill", ipc);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (int r : {0, 2, 3})
+      GPU_EXPECT(codes[r] == 3 || (ipc && codes[r] == 6), "%s kill test: survivor %d exited %d, expected %s", path, r,
+                 codes[r], ipc ? "PeerLost (3) or Timeout (6)" : "PeerLost (3)");
+    GPU_EXPECT(took < 60, "%s kill test: the survivors took %.0f s", path, took);
+    std::printf("a rank killed mid-collective, %s: survivors error out in %.1f s\n", path, took);
   }
   // The reduce kernel last: it initialises CUDA in this process.
   check_reduce_kernel();

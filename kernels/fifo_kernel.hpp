@@ -1,0 +1,38 @@
+// kernels/fifo_kernel.hpp: the FIFO walk (fifo_program.cuh) launched as a
+// CUDA kernel on a stream, and the scaling that finishes an average.
+//
+// launch_fifo() enqueues one block that runs `program` over device buffers
+// and returns at once. The block stops early when `*abort` becomes non-zero
+// or `timeout_ns` passes without progress being possible (GPU clock), and
+// leaves the FifoStatus in `*status` (memory the host can read while the
+// stream runs: mapped pinned memory). Built only when KIZUNA_HAS_CUDA.
+#pragma once
+
+#include <kizuna/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/fifo_program.cuh"
+
+namespace kizuna::kernels {
+
+struct FifoLaunch {
+  FifoProgram program;  // every pointer in it device-visible
+  const void* input = nullptr;
+  void* output = nullptr;
+  void* scratch = nullptr;
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;  // Avg runs as Sum; scale() divides after
+  std::uint64_t timeout_ns = 0;
+  const volatile std::uint32_t* abort = nullptr;
+  std::uint32_t* status = nullptr;
+};
+
+// Throws kizuna::Error(CudaError) when the launch fails.
+void launch_fifo(const FifoLaunch& launch, void* stream);
+
+// data[i] /= divisor for the floating types (Avg's last step).
+void scale(void* data, std::size_t count, DataType dtype, double divisor, void* stream);
+
+}  // namespace kizuna::kernels

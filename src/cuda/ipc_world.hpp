@@ -1,0 +1,69 @@
+// cuda/ipc_world.hpp: the ranks of one node joined GPU to GPU through CUDA
+// IPC, and collectives run on that join by the FIFO kernel.
+//
+// connect() is collective over the store: each rank allocates the FIFOs of
+// its inbound channels with cudaMalloc (kernels/fifo_program.cuh's layout),
+// publishes their cudaIpcMemHandle, and maps every peer's with
+// cudaIpcOpenMemHandle, so a rank's kernel writes straight into its peers'
+// FIFOs. Several ranks may share one GPU. Every rank learns whether every
+// other rank succeeded, so either all use the join or none does: a rank
+// that cannot (no IPC in a container, an old driver) makes connect() throw
+// CudaError on every rank, naming the rank and its cause.
+//
+// launch() enqueues one collective (a rank's encoded step table) on the
+// caller's stream and returns; `on_done` runs on CUDA's callback thread
+// once the stream has run it, with a Timeout error if the kernel gave up
+// (its deadline passed, or abort() was called). Calls run one after
+// another in call order whatever streams they are on (each waits for the
+// previous one's event), as the channels are shared.
+#pragma once
+
+#include <kizuna/store.hpp>
+#include <kizuna/types.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/step_table.cuh"
+
+namespace kizuna::cuda {
+
+struct IpcGeometry {
+  std::uint32_t slots = 4;
+  std::uint32_t slot_bytes = 256 << 10;  // a multiple of 256
+};
+
+class IpcWorld {
+ public:
+  using Done = std::function<void(std::exception_ptr)>;
+
+  static std::unique_ptr<IpcWorld> connect(Store& store, const std::string& prefix, int rank, int world, int device,
+                                           IpcGeometry geometry, std::chrono::milliseconds timeout);
+  ~IpcWorld();
+  IpcWorld(const IpcWorld&) = delete;
+  IpcWorld& operator=(const IpcWorld&) = delete;
+
+  // `table`: the rank's schedule encoded (comm/device_steps.hpp), needing
+  // `scratch_bytes` of scratch. `what` names the call in errors. Avg runs
+  // as Sum and then divides by `avg_divisor` the `avg_count` elements of
+  // `output` that hold the result (0: none on this rank).
+  void launch(const std::vector<kernels::DeviceStep>& table, std::size_t scratch_bytes, const void* input,
+              void* output, DataType dtype, ReduceOp op, std::size_t avg_count, double avg_divisor, void* stream,
+              std::chrono::milliseconds timeout, const std::string& what, Done on_done);
+
+  // Stops the kernels that are running or queued (they report Timeout).
+  void abort();
+
+  struct State;
+
+ private:
+  explicit IpcWorld(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kizuna::cuda
