@@ -25,8 +25,11 @@
 // The walk mirrors comm/executor.cpp: a Send step only queues the send,
 // queued sends move chunk by chunk whenever their channel has room, and a
 // step that writes a region a queued send still reads waits for that send
-// first. So every schedule the CPU executor runs deadlock-free runs here
-// too, with any FIFO depth. A receive with a send (RecvReduceSend,
+// first. The queue has room for every send of the table (the caller's
+// `pending` array), so, as on the CPU, a Send step never waits, and every
+// schedule the CPU executor runs deadlock-free runs here too, with any FIFO
+// depth. (A bounded queue deadlocks a long ring: every rank stuck at a Send
+// with its queue full, none reaching the receive that would drain it.) A receive with a send (RecvReduceSend,
 // RecvCopySend) receives the whole message into its destination and then
 // queues the send of that region.
 //
@@ -43,7 +46,6 @@
 namespace kizuna::kernels {
 
 inline constexpr int kFifoMaxRanks = 64;
-inline constexpr int kFifoMaxPending = 72;
 
 // The directed channel from one rank to another, as the process at hand
 // addresses it (the receiver's memory, mapped by the sender).
@@ -59,8 +61,17 @@ struct FifoCounters {
   std::uint64_t received[kFifoMaxRanks];  // chunks released from each peer
 };
 
+// A queued send: a region of the rank's buffers, published chunk by chunk.
+struct FifoSend {
+  const void* src;       // the region's first element
+  std::uint64_t count;   // elements
+  std::uint64_t done;    // elements published
+  int peer;
+};
+
 // What one rank's walk needs. `in[p]` is the channel p -> rank, `out[p]`
 // rank -> p; both arrays have `world` entries (the rank's own unused).
+// `pending` has room for one entry per step of the table.
 struct FifoProgram {
   const DeviceStep* steps = nullptr;
   std::uint32_t step_count = 0;
@@ -71,17 +82,10 @@ struct FifoProgram {
   const FifoChannel* in = nullptr;
   const FifoChannel* out = nullptr;
   FifoCounters* counters = nullptr;
+  FifoSend* pending = nullptr;
 };
 
 enum class FifoStatus : std::uint32_t { Running = 0, Done = 1, Stopped = 2 };
-
-template <typename S>
-struct FifoSend {
-  const S* src;          // the region's first element
-  std::uint64_t count;   // elements
-  std::uint64_t done;    // elements published
-  int peer;
-};
 
 // The walk's state and the action of the round, shared by the block's
 // threads (__shared__ on the GPU).
@@ -91,16 +95,18 @@ struct FifoState {
   // The walk (thread 0's).
   std::uint32_t step;
   std::uint64_t step_done;  // elements of the current receive step received
-  FifoSend<S> pending[kFifoMaxPending];
-  int pending_count;
+  // Queued sends: program.pending[first, end), in call order; the finished
+  // ones (done == count) are skipped, and `first` moves past them.
+  std::uint32_t first;
+  std::uint32_t end;
   // The round's action, for every thread.
   Action action;
   DeviceStep work;  // run over elements [0, n) with in/out
   const S* in;
   S* out;
   std::uint64_t n;
-  int peer;          // SendChunk, RecvChunk
-  int pending_index; // SendChunk
+  int peer;              // SendChunk, RecvChunk
+  std::uint32_t sending; // SendChunk: its index in program.pending
 };
 
 namespace fifo_detail {
@@ -117,12 +123,17 @@ KIZUNA_HD bool overlaps(const S* a, std::uint64_t an, const S* b, std::uint64_t 
 
 // True when a queued send still reads some of [p, p + n).
 template <typename S>
-KIZUNA_HD bool region_busy(const FifoState<S>& st, const S* p, std::uint64_t n) {
-  for (int i = 0; i < st.pending_count; ++i) {
-    const FifoSend<S>& s = st.pending[i];
-    if (overlaps(s.src + s.done, s.count - s.done, p, n)) return true;
+KIZUNA_HD bool region_busy(const FifoProgram& prog, const FifoState<S>& st, const S* p, std::uint64_t n) {
+  for (std::uint32_t i = st.first; i < st.end; ++i) {
+    const FifoSend& s = prog.pending[i];
+    if (overlaps(static_cast<const S*>(s.src) + s.done, s.count - s.done, p, n)) return true;
   }
   return false;
+}
+
+template <typename S>
+KIZUNA_HD void queue_send(const FifoProgram& prog, FifoState<S>& st, const S* src, std::uint64_t count, int peer) {
+  prog.pending[st.end++] = FifoSend{src, count, 0, peer};
 }
 
 KIZUNA_HD std::uint64_t slot_elems(const FifoProgram& p, std::uint64_t elem) { return p.slot_bytes / elem; }
@@ -136,9 +147,9 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
   for (bool moved = false;; moved = false) {
     // Queued sends, the first to each peer only (a channel is in order).
     bool peer_seen[kFifoMaxRanks] = {};
-    for (int i = 0; i < st.pending_count; ++i) {
-      FifoSend<S>& s = st.pending[i];
-      if (peer_seen[s.peer]) continue;
+    for (std::uint32_t i = st.first; i < st.end; ++i) {
+      const FifoSend& s = p.pending[i];
+      if (s.done == s.count || peer_seen[s.peer]) continue;
       peer_seen[s.peer] = true;
       const std::uint64_t sent = p.counters->sent[s.peer];
       const FifoChannel& ch = p.out[s.peer];
@@ -151,7 +162,7 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       st.out = reinterpret_cast<S*>(ch.data + (sent % p.slots) * p.slot_bytes);
       st.n = n;
       st.peer = s.peer;
-      st.pending_index = i;
+      st.sending = i;
       return;
     }
     // The current step.
@@ -163,14 +174,13 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
         continue;
       }
       if (s.op == DeviceOp::Send) {
-        if (st.pending_count == kFifoMaxPending) break;  // let queued sends drain
-        st.pending[st.pending_count++] = FifoSend<S>{address(b, s.src, s.src_offset), s.count, 0, s.send_peer};
+        queue_send(p, st, static_cast<const S*>(address(b, s.src, s.src_offset)), s.count, s.send_peer);
         ++st.step;
         moved = true;
         continue;
       }
       S* dst = address(b, s.dst, s.dst_offset);
-      if (region_busy(st, dst, s.count)) break;
+      if (region_busy(p, st, dst, s.count)) break;
       if (s.op == DeviceOp::Copy || s.op == DeviceOp::LocalReduce) {
         st.action = Action::Local;
         st.work = s;
@@ -183,8 +193,6 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       const std::uint64_t got = p.counters->received[s.recv_peer];
       const FifoChannel& ch = p.in[s.recv_peer];
       const std::uint64_t n = s.count - st.step_done < chunk ? s.count - st.step_done : chunk;
-      const bool last = st.step_done + n == s.count;
-      if (last && step_sends(s.op) && st.pending_count == kFifoMaxPending) break;
       if (sync.load_acquire(ch.ready + got % p.slots) != got + 1) break;
       st.action = Action::RecvChunk;
       st.work = s;
@@ -200,7 +208,7 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       st.peer = s.recv_peer;
       return;
     }
-    if (st.step == p.step_count && st.pending_count == 0) {
+    if (st.step == p.step_count && st.first == st.end) {
       st.action = Action::Finished;
       return;
     }
@@ -217,16 +225,13 @@ KIZUNA_HD void finish(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
   using Action = typename FifoState<S>::Action;
   switch (st.action) {
     case Action::SendChunk: {
-      FifoSend<S>& s = st.pending[st.pending_index];
+      FifoSend& s = p.pending[st.sending];
       std::uint64_t& sent = p.counters->sent[st.peer];
       const FifoChannel& ch = p.out[st.peer];
       sync.store_release(ch.ready + sent % p.slots, sent + 1);
       ++sent;
       s.done += st.n;
-      if (s.done == s.count) {
-        for (int i = st.pending_index + 1; i < st.pending_count; ++i) st.pending[i - 1] = st.pending[i];
-        --st.pending_count;
-      }
+      while (st.first < st.end && p.pending[st.first].done == p.pending[st.first].count) ++st.first;
       break;
     }
     case Action::RecvChunk: {
@@ -236,9 +241,7 @@ KIZUNA_HD void finish(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       st.step_done += st.n;
       const DeviceStep& s = p.steps[st.step];
       if (st.step_done == s.count) {
-        if (step_sends(s.op))
-          st.pending[st.pending_count++] =
-              FifoSend<S>{address(b, s.dst, s.dst_offset), s.count, 0, s.send_peer};
+        if (step_sends(s.op)) queue_send(p, st, static_cast<const S*>(address(b, s.dst, s.dst_offset)), s.count, s.send_peer);
         st.step_done = 0;
         ++st.step;
       }
@@ -271,7 +274,8 @@ KIZUNA_HD FifoStatus run_fifo_program(const FifoProgram& p, const StepBuffers<ty
   if (sync.thread() == 0) {
     st.step = 0;
     st.step_done = 0;
-    st.pending_count = 0;
+    st.first = 0;
+    st.end = 0;
     st.action = Action::None;
   }
   for (;;) {
@@ -288,8 +292,9 @@ KIZUNA_HD FifoStatus run_fifo_program(const FifoProgram& p, const StepBuffers<ty
     for (std::uint64_t i = static_cast<std::uint64_t>(sync.thread()) * kGroup; i < n; i += stride) {
       const std::uint64_t end = i + kGroup < n ? i + kGroup : n;
       if (action == Action::SendChunk) {
-        const FifoSend<S>& s = st.pending[st.pending_index];
-        for (std::uint64_t k = i; k < end; ++k) st.out[k] = s.src[s.done + k];
+        const FifoSend& s = p.pending[st.sending];
+        const S* src = static_cast<const S*>(s.src) + s.done;
+        for (std::uint64_t k = i; k < end; ++k) st.out[k] = src[k];
       } else {
         run_step<Codec, Op>(st.work, b, st.in, st.out, i, end);
       }

@@ -100,6 +100,8 @@ struct IpcWorld::State {
   std::uint64_t calls = 0;
   void* scratch = nullptr;
   std::size_t scratch_bytes = 0;
+  kernels::FifoSend* pending = nullptr;  // the walk's send queue: an entry per step
+  std::size_t pending_entries = 0;
   std::map<std::string, kernels::DeviceStep*> tables;
   std::mutex mutex;
 
@@ -110,6 +112,7 @@ struct IpcWorld::State {
     for (void* p : peers)
       if (p) cudaIpcCloseMemHandle(p);
     cudaFree(scratch);
+    cudaFree(pending);
     cudaFree(d_in);
     cudaFree(d_out);
     cudaFree(d_counters);
@@ -127,6 +130,16 @@ struct IpcWorld::State {
     scratch_bytes = 0;
     KIZUNA_CUDA_CHECK(cudaMalloc(&scratch, bytes));
     scratch_bytes = bytes;
+  }
+
+  void ensure_pending(std::size_t entries) {
+    if (entries <= pending_entries) return;
+    if (launched) KIZUNA_CUDA_CHECK(cudaEventSynchronize(last));
+    KIZUNA_CUDA_CHECK(cudaFree(pending));
+    pending = nullptr;
+    pending_entries = 0;
+    KIZUNA_CUDA_CHECK(cudaMalloc(&pending, entries * sizeof(kernels::FifoSend)));
+    pending_entries = entries;
   }
 
   kernels::DeviceStep* table_on_device(const std::vector<kernels::DeviceStep>& table) {
@@ -228,6 +241,7 @@ void IpcWorld::launch(const std::vector<kernels::DeviceStep>& table, std::size_t
   set_device(st.device);
   auto stream = static_cast<cudaStream_t>(stream_handle);
   st.ensure_scratch(std::max<std::size_t>(scratch_bytes, 256));
+  st.ensure_pending(std::max<std::size_t>(table.size(), 64));
   kernels::FifoLaunch l;
   l.program.steps = st.table_on_device(table);
   l.program.step_count = static_cast<std::uint32_t>(table.size());
@@ -238,6 +252,7 @@ void IpcWorld::launch(const std::vector<kernels::DeviceStep>& table, std::size_t
   l.program.in = st.d_in;
   l.program.out = st.d_out;
   l.program.counters = st.d_counters;
+  l.program.pending = st.pending;
   l.input = input;
   l.output = output;
   l.scratch = st.scratch;

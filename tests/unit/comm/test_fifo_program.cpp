@@ -101,6 +101,7 @@ std::vector<kernels::FifoStatus> run_world(World& w, const std::vector<algo::Ran
     threads.emplace_back([&, r] {
       const auto table = comm::encode_steps(schedules[r]);
       std::vector<S> scratch(schedules[r].scratch_count + 1);
+      std::vector<kernels::FifoSend> pending(table.size() + 1);
       kernels::FifoProgram p;
       p.steps = table.data();
       p.step_count = static_cast<std::uint32_t>(table.size());
@@ -111,6 +112,7 @@ std::vector<kernels::FifoStatus> run_world(World& w, const std::vector<algo::Ran
       p.in = w.in[r].data();
       p.out = w.out[r].data();
       p.counters = &w.counters[r];
+      p.pending = pending.data();
       S* input = reinterpret_cast<S*>(inputs[r].data());
       S* output = in_place ? input : reinterpret_cast<S*>(outputs[r].data());
       kernels::StepBuffers<S> b{{input, output, scratch.data()}};
@@ -187,6 +189,7 @@ TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_pro
   const auto schedule = algo::make_schedule(req);
   const auto table = comm::encode_steps(schedule);
   std::vector<float> data(100, 1.0f), scratch(schedule.scratch_count + 1);
+  std::vector<FifoSend> pending(table.size() + 1);
   FifoProgram p;
   p.steps = table.data();
   p.step_count = static_cast<std::uint32_t>(table.size());
@@ -196,10 +199,43 @@ TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_pro
   p.in = w.in[0].data();
   p.out = w.out[0].data();
   p.counters = &w.counters[0];
+  p.pending = pending.data();
   StepBuffers<float> b{{data.data(), data.data(), scratch.data()}};
   auto state = std::make_unique<FifoState<float>>();
   const auto start = std::chrono::steady_clock::now();
   HostSync sync{start + std::chrono::milliseconds(100)};
   REQUIRE(run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync) == FifoStatus::Stopped);
   REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("a long ring queues more sends than any fixed bound, and finishes", "[fifo_program]") {
+  // 2 and 5 ranks, 24k floats in 48-byte slices: a ring's first step queues
+  // hundreds of sends on every rank before any rank receives; with a
+  // bounded queue every rank would wait at a Send for room that only a
+  // receive, never reached, would make.
+  using namespace kizuna::kernels;
+  const CollectiveReference ref(DataType::Float32, ReduceOp::Sum);
+  for (int world : {2, 5}) {
+    for (Algorithm a : {Algorithm::Ring, Algorithm::Tree}) {
+      CAPTURE(world, algo::name(a));
+      World w(world, 2, 64);
+      const auto schedules = schedules_for(Collective::AllReduce, a, world, 24000, 4);
+      std::vector<std::vector<unsigned char>> in(world), out(world), sim_in(world), sim_out(world);
+      std::vector<algo::SimRank> sim(world);
+      for (int r = 0; r < world; ++r) {
+        in[r] = ref.input_buffer(r, 24000);
+        out[r].assign(24000 * 4, 0);
+        sim_in[r] = in[r];
+        sim_out[r] = out[r];
+        sim[r] = {sim_in[r].data(), sim_out[r].data()};
+      }
+      algo::simulate(schedules, DataType::Float32, ReduceOp::Sum, sim);
+      const auto status = run_world<Plain<float>, SumOp>(w, schedules, in, out, false);
+      for (int r = 0; r < world; ++r) {
+        CAPTURE(r);
+        REQUIRE(status[r] == FifoStatus::Done);
+        REQUIRE(out[r] == sim_out[r]);
+      }
+    }
+  }
 }
