@@ -1,5 +1,5 @@
-// The FIFO walk as a kernel: one block of kThreads threads per rank runs
-// run_fifo_program (fifo_program.cuh) with the GPU's Sync policy. Flags are
+// The FIFO walk as a kernel: each block of kThreads threads runs one part's
+// program (fifo_program.cuh) with the GPU's Sync policy. Flags are
 // read with ld.acquire.sys and written with st.release.sys, so a peer on
 // another process (CUDA IPC) sees a slot's data before its flag; the
 // block's barrier orders every thread's writes before thread 0's release.
@@ -33,7 +33,11 @@ struct DeviceSync {
     asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
   }
+  // After the block's barrier: the fence makes every thread's writes to
+  // the slot visible system-wide before the flag (belt and braces over the
+  // release's cumulativity).
   __device__ void store_release(std::uint64_t* p, std::uint64_t v) const {
+    __threadfence_system();
     asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   }
   // Thread 0, when nothing can move: the clock and the abort word are read
@@ -46,23 +50,24 @@ struct DeviceSync {
 };
 
 template <typename Codec, typename Op>
-__global__ void __launch_bounds__(kThreads) fifo_kernel(FifoProgram program, StepBuffers<typename Codec::Storage> buffers,
-                                                        std::uint64_t timeout_ns, const volatile std::uint32_t* abort,
-                                                        std::uint32_t* status) {
-  __shared__ FifoState<typename Codec::Storage> state;
-  DeviceSync sync{0, abort, 0};
-  if (threadIdx.x == 0) sync.deadline_ns = global_ns() + timeout_ns;
-  const FifoStatus result = run_fifo_program<Codec, Op>(program, buffers, state, sync);
+__global__ void __launch_bounds__(kThreads) fifo_kernel(FifoLaunch l) {
+  using S = typename Codec::Storage;
+  __shared__ FifoState<S> state;
+  const FifoBlock& mine = l.blocks[blockIdx.x];
+  const StepBuffers<S> buffers{{static_cast<S*>(const_cast<void*>(mine.input)), static_cast<S*>(mine.output),
+                                static_cast<S*>(mine.scratch)}};
+  DeviceSync sync{0, l.abort, 0};
+  if (threadIdx.x == 0) sync.deadline_ns = global_ns() + l.timeout_ns;
+  const FifoStatus result = run_fifo_program<Codec, Op>(mine.program, buffers, state, sync);
   if (threadIdx.x == 0) {
+    std::uint32_t* status = l.status + blockIdx.x;
     asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(status), "r"(static_cast<std::uint32_t>(result)) : "memory");
   }
 }
 
 template <typename Codec, typename Op>
 void launch(const FifoLaunch& l, cudaStream_t stream) {
-  using S = typename Codec::Storage;
-  StepBuffers<S> b{{static_cast<S*>(const_cast<void*>(l.input)), static_cast<S*>(l.output), static_cast<S*>(l.scratch)}};
-  fifo_kernel<Codec, Op><<<1, kThreads, 0, stream>>>(l.program, b, l.timeout_ns, l.abort, l.status);
+  fifo_kernel<Codec, Op><<<l.block_count, kThreads, 0, stream>>>(l);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) KIZUNA_THROW(ErrorCode::CudaError, "fifo_kernel launch failed: ", cudaGetErrorString(e));
 }

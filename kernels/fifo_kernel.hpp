@@ -1,11 +1,12 @@
 // kernels/fifo_kernel.hpp: the FIFO walk (fifo_program.cuh) launched as a
 // CUDA kernel on a stream, and the scaling that finishes an average.
 //
-// launch_fifo() enqueues one block that runs `program` over device buffers
-// and returns at once. The block stops early when `*abort` becomes non-zero
-// or `timeout_ns` passes without progress being possible (GPU clock), and
-// leaves the FifoStatus in `*status` (memory the host can read while the
-// stream runs: mapped pinned memory). Built only when KIZUNA_HAS_CUDA.
+// launch_fifo() enqueues one block per part of the collective (each part a
+// program of its own, on its own channels: comm/device_parts.hpp) and
+// returns at once. A block stops early when `*abort` becomes non-zero or
+// `timeout_ns` passes without progress being possible (GPU clock), and
+// leaves its FifoStatus in `status[block]` (memory the host can read while
+// the stream runs: mapped pinned memory). Built only when KIZUNA_HAS_CUDA.
 #pragma once
 
 #include <kizuna/types.hpp>
@@ -17,16 +18,24 @@
 
 namespace kizuna::kernels {
 
-struct FifoLaunch {
-  FifoProgram program;  // every pointer in it device-visible
+inline constexpr int kFifoMaxBlocks = 16;
+
+// One block's program and buffers (device pointers).
+struct FifoBlock {
+  FifoProgram program;
   const void* input = nullptr;
   void* output = nullptr;
   void* scratch = nullptr;
+};
+
+struct FifoLaunch {
+  FifoBlock blocks[kFifoMaxBlocks];
+  int block_count = 1;
   DataType dtype = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;  // Avg runs as Sum; scale() divides after
   std::uint64_t timeout_ns = 0;
   const volatile std::uint32_t* abort = nullptr;
-  std::uint32_t* status = nullptr;
+  std::uint32_t* status = nullptr;  // [block_count]
 };
 
 // Throws kizuna::Error(CudaError) when the launch fails.

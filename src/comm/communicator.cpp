@@ -21,6 +21,7 @@
 #include "algo/schedule.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/device_backend.hpp"
+#include "comm/device_parts.hpp"
 #include "comm/device_steps.hpp"
 #include "comm/executor.hpp"
 #include "comm/fingerprint.hpp"
@@ -60,6 +61,9 @@ constexpr std::chrono::milliseconds kAwake{50};
 // thread, before it is queued (see Impl::try_direct): beyond this the
 // queue's cost is a small part of the call's.
 constexpr std::size_t kDirectBytes = 64 << 10;
+// A device call GPU to GPU runs as parts of at least this size, one block
+// each (comm/device_parts.hpp); a guess until measured on a GPU.
+constexpr std::size_t kDirectPartBytes = 1 << 20;
 
 // How long a failing rank spends telling its peers why.
 constexpr std::chrono::milliseconds kAbortGrace{300};
@@ -330,29 +334,36 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     std::lock_guard lock(direct_mutex);
     const algo::Algorithm a = choose(t);
     const std::size_t elem = size_of(t.dtype);
-    const auto key = std::tuple{static_cast<int>(t.collective), static_cast<int>(a), t.root,
-                                static_cast<std::uint64_t>(t.count), static_cast<std::uint64_t>(elem)};
-    auto it = direct_tables.find(key);
-    if (it == direct_tables.end()) {
-      if (direct_tables.size() >= 64) direct_tables.clear();
-      algo::ScheduleRequest req;
-      req.collective = t.collective;
-      req.algorithm = a;
-      req.world_size = world;
-      req.rank = rank;
-      req.root = t.root;
-      req.count = t.count;
-      req.elem_size = elem;
-      req.slice_bytes = slice_bytes;
-      const algo::RankSchedule schedule = algo::make_schedule(req);
-      it = direct_tables.emplace(key, std::pair{comm::encode_steps(schedule), schedule.scratch_count}).first;
+    comm::DirectCall call;
+    std::size_t steps = 0;
+    // Large splittable calls run as several parts at once, one block each.
+    // (The tables are copied to the device during launch: clearing the
+    // cache between calls leaves nothing dangling.)
+    const auto parts = comm::split_parts(t.collective, t.count, elem, device->direct_parts(), kDirectPartBytes);
+    if (direct_tables.size() + parts.size() > 64) direct_tables.clear();
+    for (const comm::DevicePart& part : parts) {
+      const auto key = std::tuple{static_cast<int>(t.collective), static_cast<int>(a), t.root,
+                                  static_cast<std::uint64_t>(part.count), static_cast<std::uint64_t>(elem)};
+      auto it = direct_tables.find(key);
+      if (it == direct_tables.end()) {
+        algo::ScheduleRequest req;
+        req.collective = t.collective;
+        req.algorithm = a;
+        req.world_size = world;
+        req.rank = rank;
+        req.root = t.root;
+        req.count = part.count;
+        req.elem_size = elem;
+        req.slice_bytes = slice_bytes;
+        const algo::RankSchedule schedule = algo::make_schedule(req);
+        it = direct_tables.emplace(key, std::pair{comm::encode_steps(schedule), schedule.scratch_count}).first;
+      }
+      call.parts.push_back({&it->second.first, it->second.second * elem, part.offset * elem});
+      steps += it->second.first.size();
     }
     t.seq = ++direct_seq;
     const std::uint64_t id = history.queued(t.seq, algo::name(t.collective), t.dtype, t.count, -1);
-    history.started(id, algo::name(a), static_cast<std::uint32_t>(it->second.first.size()));
-    comm::DirectCall call;
-    call.table = &it->second.first;
-    call.scratch_bytes = it->second.second * elem;
+    history.started(id, algo::name(a), static_cast<std::uint32_t>(steps));
     call.input = r.send;
     call.output = r.recv;
     call.dtype = t.dtype;

@@ -48,11 +48,18 @@ struct StageRequest {
   std::chrono::milliseconds timeout{0};
 };
 
-// A collective run on the devices themselves, GPU to GPU (CUDA IPC among
-// the ranks of one node): a rank's encoded schedule and its buffers.
-struct DirectCall {
+// One part of a direct call (comm/device_parts.hpp): the rank's schedule
+// for it, encoded, its scratch, and where its elements start.
+struct DirectPart {
   const std::vector<kernels::DeviceStep>* table = nullptr;
   std::size_t scratch_bytes = 0;
+  std::size_t offset_bytes = 0;
+};
+
+// A collective run on the devices themselves, GPU to GPU (CUDA IPC among
+// the ranks of one node): its parts, run at once, and the buffers.
+struct DirectCall {
+  std::vector<DirectPart> parts;
   const void* input = nullptr;
   void* output = nullptr;
   DataType dtype = DataType::Float32;
@@ -88,6 +95,8 @@ class DeviceBackend {
     (void)call, (void)on_done;
     KIZUNA_THROW(ErrorCode::Internal, "launch() on a device backend without a direct path");
   }
+  // How many parts a direct call may have.
+  virtual int direct_parts() const { return 1; }
   // Stops direct calls running or queued (they end with an error).
   virtual void abort() {}
 };

@@ -44,9 +44,12 @@ class CudaBackend final : public DeviceBackend {
   }
   void launch(const DirectCall& c, std::function<void(std::exception_ptr)> on_done) override {
     KIZUNA_CHECK(ipc_ != nullptr, "launch() before connect()");
-    ipc_->launch(*c.table, c.scratch_bytes, c.input, c.output, c.dtype, c.op, c.avg_count, c.avg_divisor, c.stream,
-                 c.timeout, c.what, std::move(on_done));
+    std::vector<cuda::IpcPart> parts;
+    for (const DirectPart& p : c.parts) parts.push_back({p.table, p.scratch_bytes, p.offset_bytes});
+    ipc_->launch(parts, c.input, c.output, c.dtype, c.op, c.avg_count, c.avg_divisor, c.stream, c.timeout, c.what,
+                 std::move(on_done));
   }
+  int direct_parts() const override { return ipc_ ? ipc_->blocks() : 1; }
   void abort() override {
     if (ipc_) ipc_->abort();
   }

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -14,7 +15,8 @@
 namespace kizuna::cuda {
 namespace {
 
-// Status words of calls in flight (mapped pinned memory), reused in turn.
+// Status words of calls in flight (mapped pinned memory, kFifoMaxBlocks
+// per call), reused in turn.
 constexpr std::size_t kStatusSlots = 4096;
 // Encoded step tables kept on the device; beyond this they are all freed.
 constexpr std::size_t kMaxTables = 64;
@@ -39,8 +41,9 @@ kernels::FifoChannel channel_at(unsigned char* base, const IpcGeometry& g, int i
 // payloads by rank.
 std::vector<Bytes> agree(Store& store, const std::string& key, int rank, int world, bool ok, const Bytes& payload,
                          std::chrono::milliseconds timeout) {
-  Bytes mine{static_cast<std::uint8_t>(ok ? 'Y' : 'N')};
-  mine.insert(mine.end(), payload.begin(), payload.end());
+  Bytes mine(payload.size() + 1);
+  mine[0] = static_cast<std::uint8_t>(ok ? 'Y' : 'N');
+  std::copy(payload.begin(), payload.end(), mine.begin() + 1);
   store.set(key + "/" + std::to_string(rank), mine);
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(key + "/" + std::to_string(r));
@@ -53,14 +56,16 @@ std::vector<Bytes> agree(Store& store, const std::string& key, int rank, int wor
   }
   if (!refusals.empty())
     KIZUNA_THROW(ErrorCode::CudaError, "CUDA IPC cannot join the GPUs of every rank", refusals);
-  for (Bytes& b : all) b.erase(b.begin());
-  return all;
+  std::vector<Bytes> payloads;
+  for (const Bytes& b : all) payloads.emplace_back(b.begin() + 1, b.end());  // past the 'Y' every one has
+  return payloads;
 }
 
 Bytes text(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 struct Completion {
-  const volatile std::uint32_t* status;
+  const volatile std::uint32_t* status;  // one per block
+  int blocks;
   std::uint32_t* abort;
   std::string what;
   IpcWorld::Done on_done;
@@ -68,7 +73,10 @@ struct Completion {
 
 void CUDART_CB complete(void* p) {
   std::unique_ptr<Completion> c(static_cast<Completion*>(p));
-  if (*c->status == static_cast<std::uint32_t>(kernels::FifoStatus::Done)) {
+  bool done = true;
+  for (int b = 0; b < c->blocks; ++b)
+    done = done && c->status[b] == static_cast<std::uint32_t>(kernels::FifoStatus::Done);
+  if (done) {
     c->on_done(nullptr);
     return;
   }
@@ -88,9 +96,10 @@ struct IpcWorld::State {
   IpcGeometry geometry;
   unsigned char* mine = nullptr;       // this rank's inbound channels
   std::vector<void*> peers;            // the peers' inbound channels, mapped
+  // Per block b, peer p: [b * world + p].
   kernels::FifoChannel* d_in = nullptr;
   kernels::FifoChannel* d_out = nullptr;
-  kernels::FifoCounters* d_counters = nullptr;
+  kernels::FifoCounters* d_counters = nullptr;  // per block
   std::uint32_t* abort_host = nullptr;   // mapped pinned
   std::uint32_t* abort_dev = nullptr;
   std::uint32_t* status_host = nullptr;  // mapped pinned, kStatusSlots
@@ -100,8 +109,8 @@ struct IpcWorld::State {
   std::uint64_t calls = 0;
   void* scratch = nullptr;
   std::size_t scratch_bytes = 0;
-  kernels::FifoSend* pending = nullptr;  // the walk's send queue: an entry per step
-  std::size_t pending_entries = 0;
+  kernels::FifoSend* pending = nullptr;  // the walks' send queues: per block, an entry per step
+  std::size_t pending_entries = 0;       // per block
   std::map<std::string, kernels::DeviceStep*> tables;
   std::mutex mutex;
 
@@ -138,7 +147,7 @@ struct IpcWorld::State {
     KIZUNA_CUDA_CHECK(cudaFree(pending));
     pending = nullptr;
     pending_entries = 0;
-    KIZUNA_CUDA_CHECK(cudaMalloc(&pending, entries * sizeof(kernels::FifoSend)));
+    KIZUNA_CUDA_CHECK(cudaMalloc(&pending, entries * geometry.blocks * sizeof(kernels::FifoSend)));
     pending_entries = entries;
   }
 
@@ -166,8 +175,10 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
                                             int device, IpcGeometry geometry, std::chrono::milliseconds timeout) {
   KIZUNA_CHECK_ARG(world <= kernels::kFifoMaxRanks, "CUDA IPC collectives take at most ", kernels::kFifoMaxRanks,
                    " ranks, not ", world);
-  KIZUNA_CHECK_ARG(geometry.slots > 0 && geometry.slot_bytes > 0 && geometry.slot_bytes % 256 == 0,
-                   "CUDA IPC FIFO geometry: ", geometry.slots, " slots of ", geometry.slot_bytes, " bytes");
+  KIZUNA_CHECK_ARG(geometry.slots > 0 && geometry.slot_bytes > 0 && geometry.slot_bytes % 256 == 0 &&
+                       geometry.blocks >= 1 && geometry.blocks <= static_cast<std::uint32_t>(kernels::kFifoMaxBlocks),
+                   "CUDA IPC FIFO geometry: ", geometry.blocks, " blocks of ", geometry.slots, " slots of ",
+                   geometry.slot_bytes, " bytes");
   auto st = std::make_unique<State>();
   st->rank = rank;
   st->world = world;
@@ -180,7 +191,7 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   Bytes payload;
   try {
     set_device(device);
-    const std::size_t bytes = channel_bytes(geometry) * world;
+    const std::size_t bytes = channel_bytes(geometry) * world * geometry.blocks;
     KIZUNA_CUDA_CHECK(cudaMalloc(&st->mine, bytes));
     KIZUNA_CUDA_CHECK(cudaMemset(st->mine, 0, bytes));
     KIZUNA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -198,30 +209,35 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   ok = true;
   payload.clear();
   try {
-    std::vector<kernels::FifoChannel> in(world), out(world);
     for (int p = 0; p < world; ++p) {
-      if (p != rank) {
-        KIZUNA_CHECK(handles[p].size() == sizeof(cudaIpcMemHandle_t), "rank ", p, "'s IPC handle has ",
-                     handles[p].size(), " bytes");
-        cudaIpcMemHandle_t handle;
-        std::memcpy(&handle, handles[p].data(), sizeof handle);
-        KIZUNA_CUDA_CHECK(cudaIpcOpenMemHandle(&st->peers[p], handle, cudaIpcMemLazyEnablePeerAccess));
-      }
-      in[p] = channel_at(st->mine, geometry, p);
-      out[p] = channel_at(p == rank ? st->mine : static_cast<unsigned char*>(st->peers[p]), geometry, rank);
+      if (p == rank) continue;
+      KIZUNA_CHECK(handles[p].size() == sizeof(cudaIpcMemHandle_t), "rank ", p, "'s IPC handle has ",
+                   handles[p].size(), " bytes");
+      cudaIpcMemHandle_t handle;
+      std::memcpy(&handle, handles[p].data(), sizeof handle);
+      KIZUNA_CUDA_CHECK(cudaIpcOpenMemHandle(&st->peers[p], handle, cudaIpcMemLazyEnablePeerAccess));
     }
-    KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_in, sizeof(kernels::FifoChannel) * world));
-    KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_out, sizeof(kernels::FifoChannel) * world));
-    KIZUNA_CUDA_CHECK(cudaMemcpy(st->d_in, in.data(), sizeof(kernels::FifoChannel) * world, cudaMemcpyHostToDevice));
-    KIZUNA_CUDA_CHECK(cudaMemcpy(st->d_out, out.data(), sizeof(kernels::FifoChannel) * world, cudaMemcpyHostToDevice));
-    KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_counters, sizeof(kernels::FifoCounters)));
-    KIZUNA_CUDA_CHECK(cudaMemset(st->d_counters, 0, sizeof(kernels::FifoCounters)));
+    // Channel (block b, s -> r) sits at index b * world + s of r's memory.
+    const std::size_t n = std::size_t(world) * geometry.blocks;
+    std::vector<kernels::FifoChannel> in(n), out(n);
+    for (std::uint32_t b = 0; b < geometry.blocks; ++b)
+      for (int p = 0; p < world; ++p) {
+        unsigned char* theirs = p == rank ? st->mine : static_cast<unsigned char*>(st->peers[p]);
+        in[b * world + p] = channel_at(st->mine, geometry, static_cast<int>(b * world + p));
+        out[b * world + p] = channel_at(theirs, geometry, static_cast<int>(b * world + rank));
+      }
+    KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_in, sizeof(kernels::FifoChannel) * n));
+    KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_out, sizeof(kernels::FifoChannel) * n));
+    KIZUNA_CUDA_CHECK(cudaMemcpy(st->d_in, in.data(), sizeof(kernels::FifoChannel) * n, cudaMemcpyHostToDevice));
+    KIZUNA_CUDA_CHECK(cudaMemcpy(st->d_out, out.data(), sizeof(kernels::FifoChannel) * n, cudaMemcpyHostToDevice));
+    KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_counters, sizeof(kernels::FifoCounters) * geometry.blocks));
+    KIZUNA_CUDA_CHECK(cudaMemset(st->d_counters, 0, sizeof(kernels::FifoCounters) * geometry.blocks));
     KIZUNA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&st->abort_host), sizeof(std::uint32_t), cudaHostAllocMapped));
     *st->abort_host = 0;
     KIZUNA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st->abort_dev), st->abort_host, 0));
-    KIZUNA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&st->status_host), sizeof(std::uint32_t) * kStatusSlots,
-                                    cudaHostAllocMapped));
-    std::memset(st->status_host, 0, sizeof(std::uint32_t) * kStatusSlots);
+    const std::size_t status_bytes = sizeof(std::uint32_t) * kStatusSlots * kernels::kFifoMaxBlocks;
+    KIZUNA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&st->status_host), status_bytes, cudaHostAllocMapped));
+    std::memset(st->status_host, 0, status_bytes);
     KIZUNA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st->status_dev), st->status_host, 0));
     KIZUNA_CUDA_CHECK(cudaEventCreateWithFlags(&st->last, cudaEventDisableTiming));
     KIZUNA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -233,35 +249,53 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   return std::unique_ptr<IpcWorld>(new IpcWorld(std::move(st)));
 }
 
-void IpcWorld::launch(const std::vector<kernels::DeviceStep>& table, std::size_t scratch_bytes, const void* input,
-                      void* output, DataType dtype, ReduceOp op, std::size_t avg_count, double avg_divisor,
-                      void* stream_handle, std::chrono::milliseconds timeout, const std::string& what, Done on_done) {
+void IpcWorld::launch(const std::vector<IpcPart>& parts, const void* input, void* output, DataType dtype,
+                      ReduceOp op, std::size_t avg_count, double avg_divisor, void* stream_handle,
+                      std::chrono::milliseconds timeout, const std::string& what, Done on_done) {
   State& st = *state_;
+  KIZUNA_CHECK_ARG(!parts.empty() && parts.size() <= st.geometry.blocks, what, ": ", parts.size(),
+                   " parts for ", st.geometry.blocks, " channel sets");
   std::lock_guard lock(st.mutex);
   set_device(st.device);
   auto stream = static_cast<cudaStream_t>(stream_handle);
-  st.ensure_scratch(std::max<std::size_t>(scratch_bytes, 256));
-  st.ensure_pending(std::max<std::size_t>(table.size(), 64));
+  // Scratch: each part's at its own offset, 256-byte aligned.
+  std::vector<std::size_t> scratch_at;
+  std::size_t scratch_total = 0;
+  std::size_t longest = 64;
+  for (const IpcPart& part : parts) {
+    scratch_at.push_back(scratch_total);
+    scratch_total += align_up(std::max<std::size_t>(part.scratch_bytes, 1), 256);
+    longest = std::max(longest, part.table->size());
+  }
+  st.ensure_scratch(scratch_total);
+  st.ensure_pending(longest);
   kernels::FifoLaunch l;
-  l.program.steps = st.table_on_device(table);
-  l.program.step_count = static_cast<std::uint32_t>(table.size());
-  l.program.rank = st.rank;
-  l.program.world = st.world;
-  l.program.slots = st.geometry.slots;
-  l.program.slot_bytes = st.geometry.slot_bytes;
-  l.program.in = st.d_in;
-  l.program.out = st.d_out;
-  l.program.counters = st.d_counters;
-  l.program.pending = st.pending;
-  l.input = input;
-  l.output = output;
-  l.scratch = st.scratch;
+  l.block_count = static_cast<int>(parts.size());
+  for (std::size_t b = 0; b < parts.size(); ++b) {
+    const IpcPart& part = parts[b];
+    kernels::FifoBlock& block = l.blocks[b];
+    block.program.steps = st.table_on_device(*part.table);
+    block.program.step_count = static_cast<std::uint32_t>(part.table->size());
+    block.program.rank = st.rank;
+    block.program.world = st.world;
+    block.program.slots = st.geometry.slots;
+    block.program.slot_bytes = st.geometry.slot_bytes;
+    block.program.in = st.d_in + b * st.world;
+    block.program.out = st.d_out + b * st.world;
+    block.program.counters = st.d_counters + b;
+    block.program.pending = st.pending + b * st.pending_entries;
+    // Unused buffers (a non-root's output of reduce, say) may be null.
+    block.input = input ? static_cast<const unsigned char*>(input) + part.offset_bytes : nullptr;
+    block.output = output ? static_cast<unsigned char*>(output) + part.offset_bytes : nullptr;
+    block.scratch = static_cast<unsigned char*>(st.scratch) + scratch_at[b];
+  }
   l.dtype = dtype;
   l.op = op;
   l.timeout_ns = static_cast<std::uint64_t>(timeout.count()) * 1000000ull;
   l.abort = st.abort_dev;
-  const std::size_t slot = st.calls++ % kStatusSlots;
-  st.status_host[slot] = static_cast<std::uint32_t>(kernels::FifoStatus::Running);
+  const std::size_t slot = (st.calls++ % kStatusSlots) * kernels::kFifoMaxBlocks;
+  for (std::size_t b = 0; b < parts.size(); ++b)
+    st.status_host[slot + b] = static_cast<std::uint32_t>(kernels::FifoStatus::Running);
   l.status = st.status_dev + slot;
   // Calls run in call order whatever their streams: the channels are shared.
   if (st.launched) KIZUNA_CUDA_CHECK(cudaStreamWaitEvent(stream, st.last, 0));
@@ -269,13 +303,16 @@ void IpcWorld::launch(const std::vector<kernels::DeviceStep>& table, std::size_t
   if (op == ReduceOp::Avg && avg_count > 0) kernels::scale(output, avg_count, dtype, avg_divisor, stream);
   KIZUNA_CUDA_CHECK(cudaEventRecord(st.last, stream));
   st.launched = true;
-  auto* c = new Completion{st.status_host + slot, st.abort_host, what, std::move(on_done)};
+  auto* c = new Completion{st.status_host + slot, static_cast<int>(parts.size()), st.abort_host, what,
+                           std::move(on_done)};
   const cudaError_t e = cudaLaunchHostFunc(stream, complete, c);
   if (e != cudaSuccess) {
     delete c;
     KIZUNA_THROW(ErrorCode::CudaError, "cudaLaunchHostFunc failed: ", cudaGetErrorString(e));
   }
 }
+
+int IpcWorld::blocks() const { return static_cast<int>(state_->geometry.blocks); }
 
 void IpcWorld::abort() {
   if (state_->abort_host) *const_cast<volatile std::uint32_t*>(state_->abort_host) = 1;

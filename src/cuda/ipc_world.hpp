@@ -34,8 +34,17 @@
 namespace kizuna::cuda {
 
 struct IpcGeometry {
+  std::uint32_t blocks = 8;              // channel sets: parts run at once
   std::uint32_t slots = 4;
-  std::uint32_t slot_bytes = 256 << 10;  // a multiple of 256
+  std::uint32_t slot_bytes = 128 << 10;  // a multiple of 256
+};
+
+// One part of a call (comm/device_parts.hpp): a block's encoded schedule,
+// the scratch it needs, and where its elements start in the buffers.
+struct IpcPart {
+  const std::vector<kernels::DeviceStep>* table = nullptr;
+  std::size_t scratch_bytes = 0;
+  std::size_t offset_bytes = 0;
 };
 
 class IpcWorld {
@@ -48,13 +57,15 @@ class IpcWorld {
   IpcWorld(const IpcWorld&) = delete;
   IpcWorld& operator=(const IpcWorld&) = delete;
 
-  // `table`: the rank's schedule encoded (comm/device_steps.hpp), needing
-  // `scratch_bytes` of scratch. `what` names the call in errors. Avg runs
-  // as Sum and then divides by `avg_divisor` the `avg_count` elements of
-  // `output` that hold the result (0: none on this rank).
-  void launch(const std::vector<kernels::DeviceStep>& table, std::size_t scratch_bytes, const void* input,
-              void* output, DataType dtype, ReduceOp op, std::size_t avg_count, double avg_divisor, void* stream,
-              std::chrono::milliseconds timeout, const std::string& what, Done on_done);
+  // `parts`: at most blocks() of them, each run by its own block on its
+  // own channels. `what` names the call in errors. Avg runs as Sum and then
+  // divides by `avg_divisor` the `avg_count` elements of `output` that hold
+  // the result (0: none on this rank).
+  void launch(const std::vector<IpcPart>& parts, const void* input, void* output, DataType dtype, ReduceOp op,
+              std::size_t avg_count, double avg_divisor, void* stream, std::chrono::milliseconds timeout,
+              const std::string& what, Done on_done);
+
+  int blocks() const;
 
   // Stops the kernels that are running or queued (they report Timeout).
   void abort();

@@ -15,6 +15,7 @@
 
 #include "algo/simulator.hpp"
 #include "collective_reference.hpp"
+#include "comm/device_parts.hpp"
 #include "comm/device_steps.hpp"
 #include "kernels/fifo_program.cuh"
 
@@ -88,11 +89,12 @@ std::vector<algo::RankSchedule> schedules_for(Collective c, Algorithm a, int wor
 }
 
 // Runs one collective on every rank of `w` at once; returns each rank's status.
+// Buffers by rank: where each rank's input and output start.
 template <typename Codec, typename Op>
-std::vector<kernels::FifoStatus> run_world(World& w, const std::vector<algo::RankSchedule>& schedules,
-                                           std::vector<std::vector<unsigned char>>& inputs,
-                                           std::vector<std::vector<unsigned char>>& outputs, bool in_place,
-                                           std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+std::vector<kernels::FifoStatus> run_world_at(World& w, const std::vector<algo::RankSchedule>& schedules,
+                                              const std::vector<unsigned char*>& inputs,
+                                              const std::vector<unsigned char*>& outputs,
+                                              std::chrono::milliseconds limit = std::chrono::seconds(20)) {
   using S = typename Codec::Storage;
   const int n = w.n;
   std::vector<kernels::FifoStatus> status(n, kernels::FifoStatus::Running);
@@ -113,8 +115,8 @@ std::vector<kernels::FifoStatus> run_world(World& w, const std::vector<algo::Ran
       p.out = w.out[r].data();
       p.counters = &w.counters[r];
       p.pending = pending.data();
-      S* input = reinterpret_cast<S*>(inputs[r].data());
-      S* output = in_place ? input : reinterpret_cast<S*>(outputs[r].data());
+      S* input = reinterpret_cast<S*>(inputs[r]);
+      S* output = reinterpret_cast<S*>(outputs[r]);
       kernels::StepBuffers<S> b{{input, output, scratch.data()}};
       auto state = std::make_unique<kernels::FifoState<S>>();
       HostSync sync{std::chrono::steady_clock::now() + limit};
@@ -122,6 +124,18 @@ std::vector<kernels::FifoStatus> run_world(World& w, const std::vector<algo::Ran
     });
   for (auto& t : threads) t.join();
   return status;
+}
+
+template <typename Codec, typename Op>
+std::vector<kernels::FifoStatus> run_world(World& w, const std::vector<algo::RankSchedule>& schedules,
+                                           std::vector<std::vector<unsigned char>>& inputs,
+                                           std::vector<std::vector<unsigned char>>& outputs, bool in_place) {
+  std::vector<unsigned char*> in, out;
+  for (std::size_t r = 0; r < inputs.size(); ++r) {
+    in.push_back(inputs[r].data());
+    out.push_back(in_place ? inputs[r].data() : outputs[r].data());
+  }
+  return run_world_at<Codec, Op>(w, schedules, in, out);
 }
 
 template <typename Codec, typename Op>
@@ -235,6 +249,81 @@ TEST_CASE("a long ring queues more sends than any fixed bound, and finishes", "[
         CAPTURE(r);
         REQUIRE(status[r] == FifoStatus::Done);
         REQUIRE(out[r] == sim_out[r]);
+      }
+    }
+  }
+}
+
+TEST_CASE("split_parts cuts only what splits, on 256-byte boundaries", "[fifo_program]") {
+  using comm::split_parts;
+  auto covers = [](const std::vector<comm::DevicePart>& parts, std::uint64_t count) {
+    std::uint64_t at = 0;
+    for (const auto& p : parts) {
+      if (p.offset != at || p.count == 0) return false;
+      at += p.count;
+    }
+    return at == count;
+  };
+  for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
+    const auto parts = split_parts(c, 1 << 20, 4, 8, 1 << 18);  // 4 MiB in parts of >= 256 KiB: 8
+    REQUIRE(parts.size() == 8);
+    REQUIRE(covers(parts, 1 << 20));
+    for (std::size_t k = 0; k + 1 < parts.size(); ++k) REQUIRE((parts[k].offset + parts[k].count) * 4 % 256 == 0);
+    REQUIRE(split_parts(c, 1000, 4, 8, 1 << 18).size() == 1);       // small: whole
+    REQUIRE(split_parts(c, 3 << 16, 4, 8, 1 << 18).size() == 3);    // 768 KiB: 3 parts
+    REQUIRE(covers(split_parts(c, 100003, 2, 5, 1000), 100003));
+  }
+  for (Collective c : {Collective::AllGather, Collective::ReduceScatter})
+    REQUIRE(split_parts(c, 1 << 20, 4, 8, 1 << 18).size() == 1);
+  REQUIRE(split_parts(Collective::AllReduce, 0, 4, 8, 1).size() == 1);
+}
+
+TEST_CASE("a collective cut into parts, each walked on its own channels, equals the whole", "[fifo_program]") {
+  // What the kernel's blocks do: each part is the same collective on fewer
+  // elements at an offset, on channels of its own; together they must give
+  // the simulator's result for the whole call, bit for bit.
+  using namespace kizuna::kernels;
+  for (DataType dtype : {DataType::Float32, DataType::Float16}) {
+    const CollectiveReference ref(dtype, ReduceOp::Sum);
+    const std::size_t elem = ref.elem();
+    for (int world : {2, 3, 4}) {
+      for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
+        for (Algorithm a : {Algorithm::Ring, Algorithm::Tree}) {
+          const std::uint64_t count = 4099;
+          const auto parts = comm::split_parts(c, count, elem, 3, 1024);
+          CAPTURE(name(dtype), world, algo::name(c), algo::name(a), parts.size());
+          REQUIRE(parts.size() == 3);
+          const auto whole = schedules_for(c, a, world, count, elem);
+          std::vector<std::vector<unsigned char>> in(world), out(world), sim_in(world), sim_out(world);
+          std::vector<algo::SimRank> sim(world);
+          for (int r = 0; r < world; ++r) {
+            in[r] = ref.input_buffer(r, count);
+            out[r].assign(count * elem, 0);
+            sim_in[r] = in[r];
+            sim_out[r] = out[r];
+            sim[r] = {sim_in[r].data(), sim_out[r].data()};
+          }
+          algo::simulate(whole, dtype, ReduceOp::Sum, sim);
+          for (const comm::DevicePart& part : parts) {
+            World w(world, 2, 64);
+            const auto schedules = schedules_for(c, a, world, part.count, elem);
+            std::vector<unsigned char*> pin, pout;
+            for (int r = 0; r < world; ++r) {
+              pin.push_back(in[r].data() + part.offset * elem);
+              pout.push_back(out[r].data() + part.offset * elem);
+            }
+            const auto status = dtype == DataType::Float32
+                                    ? run_world_at<Plain<float>, SumOp>(w, schedules, pin, pout)
+                                    : run_world_at<Half, SumOp>(w, schedules, pin, pout);
+            for (int r = 0; r < world; ++r) REQUIRE(status[r] == FifoStatus::Done);
+          }
+          const int root = world / 2;
+          for (int r = 0; r < world; ++r) {
+            CAPTURE(r);
+            if (c == Collective::Reduce && r != root) continue;  // only the root's output is defined
+            REQUIRE(out[r] == sim_out[r]);
+          }
+        }
       }
     }
   }

@@ -1,0 +1,33 @@
+// comm/device_parts.hpp: a device collective cut into parts that separate
+// thread blocks run at once, each on its own FIFO channels.
+//
+// One block moves what one multiprocessor can; a large collective needs
+// several. An all-reduce, broadcast or reduce of n elements is n
+// independent element-wise problems, so it splits into contiguous ranges,
+// each the same collective on fewer elements at an offset into the same
+// buffers (and the same schedules, for the smaller count). All-gather and
+// reduce-scatter lay their buffers out by rank, so a range of each rank's
+// share is not a collective our schedules describe: they stay whole.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "algo/schedule.hpp"
+
+namespace kizuna::comm {
+
+struct DevicePart {
+  std::uint64_t offset = 0;  // elements
+  std::uint64_t count = 0;
+};
+
+// At most `max_parts` parts of at least `min_part_bytes` each (one part
+// when the collective cannot split or is small), in order, covering
+// [0, count); every part but the last starts and ends on a 256-byte
+// boundary of its element type.
+std::vector<DevicePart> split_parts(algo::Collective c, std::uint64_t count, std::size_t elem, int max_parts,
+                                    std::size_t min_part_bytes);
+
+}  // namespace kizuna::comm
