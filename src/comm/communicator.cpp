@@ -57,6 +57,9 @@ constexpr std::chrono::microseconds kInlineGrace{50};
 // coming (kAwake since the last one), and then sleeps until woken.
 constexpr std::chrono::microseconds kWorkerNap{1000};
 constexpr std::chrono::milliseconds kAwake{50};
+// While device calls are in flight, the idle worker looks this often for a
+// peer whose connection closed: their kernels see only their deadline.
+constexpr std::chrono::milliseconds kPeerWatch{100};
 // The largest collective a waiting caller may run directly, in its own
 // thread, before it is queued (see Impl::try_direct): beyond this the
 // queue's cost is a small part of the call's.
@@ -137,6 +140,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // every rank's device joined at creation. Their schedules, encoded, by
   // (collective, algorithm, root, count, element size), under direct_mutex.
   bool direct = false;
+  std::atomic<int> direct_in_flight{0};
   std::mutex direct_mutex;
   std::uint64_t direct_seq = 0;
   std::map<std::tuple<int, int, int, std::uint64_t, std::uint64_t>,
@@ -223,9 +227,20 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
             queue_cv.wait_until(lock, until);
           } else if (callers_wait && now - last_enqueue < kAwake) {
             queue_cv.wait_until(lock, now + kWorkerNap);
+          } else if (direct_in_flight.load() > 0 && !broken.load()) {
+            worker_asleep = true;  // a call queued now wakes it, as below
+            queue_cv.wait_until(lock, now + kPeerWatch);
+            worker_asleep = false;
+            if (queue.empty() && !stopping) {
+              lock.unlock();
+              watch_peers();
+              lock.lock();
+            }
           } else {
             worker_asleep = true;
-            queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+            queue_cv.wait(lock, [&] {
+              return stopping || !queue.empty() || (direct_in_flight.load() > 0 && !broken.load());
+            });
             worker_asleep = false;
           }
         }
@@ -242,6 +257,29 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         callers_wait = false;
       }
       run_task(*task);
+    }
+  }
+
+  // With device calls in flight and no host call running: a peer whose
+  // connection closed has died, and the kernels waiting for it would only
+  // see their deadline. Fail the communicator with PeerLost naming it, and
+  // stop the kernels; their Works end with that error.
+  void watch_peers() {
+    std::unique_lock exec(exec_mutex, std::try_to_lock);
+    if (!exec || broken.load()) return;
+    for (auto& link : links) {
+      if (!link || !link->peer_closed()) continue;
+      const Error e(ErrorCode::PeerLost, "rank " + std::to_string(link->peer()) + " of " + name +
+                                             " is gone (its connection closed) while device collectives were in "
+                                             "flight on rank " + std::to_string(rank));
+      {
+        std::lock_guard lock(error_mutex);
+        if (broken.exchange(true)) return;
+        fatal = std::make_exception_ptr(e);
+      }
+      KIZUNA_LOG(Error) << e.what();
+      device->abort();
+      return;
     }
   }
 
@@ -377,18 +415,29 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     call.what = std::string(algo::name(t.collective)) + " #" + std::to_string(t.seq) + " on device (" +
                 std::string(algo::name(a)) + ") on rank " + std::to_string(rank) + " of " + name;
     std::weak_ptr<Impl> weak = weak_from_this();
-    device->launch(call, [weak, work, id](std::exception_ptr e) {
-      if (auto self = weak.lock()) {
-        self->history.ended(id, e == nullptr);
-        // Unusable from now on; the links stay the worker's (fail() would
-        // write to them from CUDA's callback thread).
-        if (e && !self->broken.exchange(true)) {
-          std::lock_guard lock(self->error_mutex);
-          self->fatal = e;
+    direct_in_flight.fetch_add(1);
+    try {
+      device->launch(call, [weak, work, id](std::exception_ptr e) {
+        if (auto self = weak.lock()) {
+          self->history.ended(id, e == nullptr);
+          // Unusable from now on; the links stay the worker's (fail() would
+          // write to them from CUDA's callback thread). A cause found
+          // first (a peer's death) is the error to report.
+          if (e) {
+            std::lock_guard lock(self->error_mutex);
+            if (self->broken.exchange(true) && self->fatal) e = self->fatal;
+            else self->fatal = e;
+          }
+          self->direct_in_flight.fetch_sub(1);
         }
-      }
-      work->finish(std::move(e));
-    });
+        work->finish(std::move(e));
+      });
+    } catch (...) {
+      direct_in_flight.fetch_sub(1);
+      throw;
+    }
+    // A worker asleep without a deadline starts watching the peers.
+    queue_cv.notify_one();
     return Work(work);
   }
 

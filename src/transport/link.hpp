@@ -88,6 +88,12 @@ class Link {
   // Doorbell links: look for the peer's death or abort notice now (the
   // executor calls it before sleeping). Throws like progress().
   virtual void check_peer() {}
+  // Between calls (nothing posted): true when the peer's end has closed,
+  // looked at without consuming anything, so a dead peer is seen while no
+  // host collective runs (the communicator watches this way while device
+  // calls are in flight). A peer that died with unread bytes on the way
+  // is seen by the next receive instead.
+  virtual bool peer_closed() { return false; }
 
   // Best effort, bounded by `grace`: flush pending sends, then deliver the
   // notice; if that cannot be done in time the connection is reset instead.

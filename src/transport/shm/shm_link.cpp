@@ -84,6 +84,23 @@ class ShmLink final : public Link {
   short wait_events() const override { return 0; }
   bool uses_doorbell() const override { return true; }
   void check_peer() override { check_control(); }
+  bool peer_closed() override {
+    // The control connection always has its receive posted: progress it,
+    // as check_control() does, and keep what it says.
+    if (!gone_ && !closed_.load()) {
+      try {
+        control_->progress();
+      } catch (const Error&) {
+        if (const AbortNotice* notice = control_->received_abort()) {
+          received_abort_ = *notice;
+          closed_.store(true);
+        } else {
+          gone_ = std::current_exception();
+        }
+      }
+    }
+    return gone_ != nullptr || closed_.load();
+  }
 
   void send_abort(const AbortNotice& notice, std::chrono::milliseconds grace) override {
     closed_.store(true);

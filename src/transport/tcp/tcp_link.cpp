@@ -65,6 +65,13 @@ class TcpLink final : public Link {
 
   int wait_fd() const override { return fd_; }
 
+  bool peer_closed() override {
+    if (fd_ < 0 || (recv_active_ && !recv_complete_)) return false;
+    unsigned char byte;
+    const ssize_t got = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+
   short wait_events() const override {
     short events = 0;
     if (recv_active_ && !recv_complete_) events |= POLLIN;

@@ -156,3 +156,13 @@ TEST_CASE("ShmLink: a send to a peer that has left is PeerLost", "[shm]") {
   int v = 1;
   CHECK_THROWS_AS(p.b->post_send(&v, 4, {1, 0}), Error);
 }
+
+TEST_CASE("ShmLink: peer_closed sees a peer that left, between calls", "[shm]") {
+  ShmPair p;
+  CHECK_FALSE(p.b->peer_closed());
+  CHECK_FALSE(p.a->peer_closed());
+  p.a.reset();  // rank 0 dies
+  bool seen = false;
+  for (int i = 0; i < 1000 && !seen; ++i) seen = p.b->peer_closed();
+  CHECK(seen);
+}

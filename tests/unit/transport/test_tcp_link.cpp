@@ -129,3 +129,19 @@ TEST_CASE("a send to a peer that failed and left raises its abort notice, not Pe
   p.b->post_send(big.data(), big.size() * 4, {2, 0});
   expect_abort_from_rank1(*p.b);
 }
+
+TEST_CASE("peer_closed sees a closed peer between calls without consuming its bytes", "[tcp_link]") {
+  Pair p;
+  CHECK_FALSE(p.b->peer_closed());
+  // A message on its way is left for the receive that wants it.
+  int v = 42, w = 0;
+  p.a->post_send(&v, 4, {1, 0});
+  pump(p, [&] { return p.a->send_idle(); });
+  CHECK_FALSE(p.b->peer_closed());
+  p.b->post_recv({&w, nullptr, 4, DataType::Int32, ReduceOp::Sum}, {1, 0});
+  pump(p, [&] { return p.b->recv_done(); });
+  CHECK(w == 42);
+  CHECK_FALSE(p.b->peer_closed());
+  p.a.reset();  // the peer goes away
+  CHECK(p.b->peer_closed());
+}
