@@ -199,11 +199,35 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
     KIZUNA_CUDA_CHECK(cudaIpcGetMemHandle(&handle, st->mine));
     const auto* h = reinterpret_cast<const std::uint8_t*>(&handle);
     payload.assign(h, h + sizeof handle);
+    // Which GPU, and whether its contexts are shared through MPS.
+    cudaDeviceProp prop;
+    KIZUNA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    const auto* u = reinterpret_cast<const std::uint8_t*>(&prop.uuid);
+    payload.insert(payload.end(), u, u + sizeof prop.uuid);
+    int mps = 0;
+    KIZUNA_CUDA_CHECK(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, device));
+    payload.push_back(mps ? 1 : 0);
   } catch (const Error& e) {
     ok = false;
     payload = text(e.what());
   }
   const std::vector<Bytes> handles = agree(store, prefix + "/handle", rank, world, ok, payload, timeout);
+  // Ranks sharing a GPU run their kernels at the same time only under MPS;
+  // otherwise the GPU time-slices between their processes and the walks,
+  // which wait for one another, advance one slice at a time. Every rank
+  // sees every record, so all decide alike.
+  constexpr std::size_t kHandle = sizeof(cudaIpcMemHandle_t), kUuid = sizeof(cudaUUID_t);
+  for (int p = 0; p < world; ++p)
+    KIZUNA_CHECK(handles[p].size() == kHandle + kUuid + 1, "rank ", p, "'s CUDA IPC record has ",
+                 handles[p].size(), " bytes");
+  for (int p = 0; p < world; ++p)
+    for (int q = p + 1; q < world; ++q)
+      if (std::equal(handles[p].begin() + kHandle, handles[p].begin() + kHandle + kUuid,
+                     handles[q].begin() + kHandle) &&
+          (handles[p].back() == 0 || handles[q].back() == 0))
+        KIZUNA_THROW(ErrorCode::CudaError, "ranks ", p, " and ", q, " share a GPU without MPS: their kernels "
+                     "would run one time slice at a time (start nvidia-cuda-mps-control -d for GPU to GPU "
+                     "collectives between ranks on one GPU)");
 
   // 2. The peers' channels mapped, and what the kernel reads set up.
   ok = true;
@@ -211,8 +235,6 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   try {
     for (int p = 0; p < world; ++p) {
       if (p == rank) continue;
-      KIZUNA_CHECK(handles[p].size() == sizeof(cudaIpcMemHandle_t), "rank ", p, "'s IPC handle has ",
-                   handles[p].size(), " bytes");
       cudaIpcMemHandle_t handle;
       std::memcpy(&handle, handles[p].data(), sizeof handle);
       KIZUNA_CUDA_CHECK(cudaIpcOpenMemHandle(&st->peers[p], handle, cudaIpcMemLazyEnablePeerAccess));

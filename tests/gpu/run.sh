@@ -9,9 +9,21 @@ cd "$(dirname "$0")/../.."
 out=${OUT:-.}
 build=${BUILD:-build-gpu}
 start=$(date +%s)
+# Ranks sharing the GPU run their kernels at once only under MPS (without
+# it kizuna stages their collectives through the host): start the daemon
+# for this run when the driver has it, and stop it at the end.
+if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/kizuna-mps-pipe}
+  export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/kizuna-mps-log}
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    trap 'echo quit | nvidia-cuda-mps-control || true' EXIT
+  fi
+fi
 {
   echo "# kizuna GPU run, $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  echo "MPS: $(pgrep -x nvidia-cuda-mps-control >/dev/null && echo on || echo off)"
   cmake -S . -B "$build" -DKIZUNA_CUDA=ON -DKIZUNA_BENCH=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$build" -j "$(nproc)" --target test_gpu kizuna-d2d-bandwidth kizuna-perf kizuna-run >/dev/null
   echo "## device-to-device copy rate (cudaMemcpy)"

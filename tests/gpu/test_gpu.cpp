@@ -108,11 +108,16 @@ int run_rank(const RankArgs& a) {
   o.local_rank = a.rank;
   o.timeout = std::chrono::seconds(a.mode == "kill" ? 10 : 60);
   auto comm = Communicator::create(o);
-  // The path must be the one asked for: IPC joins one GPU's ranks, and
+  // The path must be the one asked for: IPC joins the ranks' GPUs (ranks
+  // sharing one only under MPS, whose kernels then run at once), and
   // KIZUNA_CUDA_IPC=0 stages.
+  int gpus = 0, mps = 0;
+  CUDA_OK(cudaGetDeviceCount(&gpus));
+  CUDA_OK(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, 0));
+  const bool expect_ipc = a.ipc && (gpus >= a.world || mps);
   const std::string path = comm->device();
-  if (path.find(a.ipc ? "CUDA IPC" : "staged") == std::string::npos) {
-    std::printf("rank %d: expected the %s path, got %s\n", a.rank, a.ipc ? "CUDA IPC" : "staged", path.c_str());
+  if (path.find(expect_ipc ? "CUDA IPC" : "staged") == std::string::npos) {
+    std::printf("rank %d: expected the %s path, got %s\n", a.rank, expect_ipc ? "CUDA IPC" : "staged", path.c_str());
     return 2;
   }
   cudaStream_t stream;
