@@ -2,7 +2,7 @@
 // without a GPU: one host thread per rank runs run_fifo_program, the very
 // code the kernel runs, over FIFO channels in ordinary memory, with real
 // concurrency and atomics; every result must equal the simulator's, bit for
-// bit. FIFOs of one or two tiny slots make every message wrap and every
+// bit. FIFOs of one or three tiny slots make every message wrap and every
 // sender wait for room; several calls in a row reuse the channels, as the
 // GPU does across launches.
 #include <catch2/catch.hpp>
