@@ -32,7 +32,10 @@ namespace kizuna {
 class Bucket {
  public:
   // `gradients` is the flat gradient buffer the spec's segments refer to.
-  Bucket(std::size_t index, BucketSpec spec, void* gradients, bool average, int world_size);
+  // With a stream, `gradients` is device memory and the bucket must be a
+  // view (is_view()): hooks then call the stream variants.
+  Bucket(std::size_t index, BucketSpec spec, void* gradients, bool average, int world_size,
+         DeviceStream stream = {});
 
   Bucket(Bucket&&) noexcept = default;
   Bucket& operator=(Bucket&&) noexcept = default;
@@ -52,6 +55,9 @@ class Bucket {
   const void* data() const { return data_; }
   bool is_view() const { return spec_.is_contiguous(); }
 
+  DeviceStream stream() const { return stream_; }
+  bool on_device() const { return stream_.handle != nullptr; }
+
   bool average() const { return average_; }
   int world_size() const { return world_size_; }
 
@@ -69,6 +75,7 @@ class Bucket {
   void* data_ = nullptr;
   bool average_ = true;
   int world_size_ = 1;
+  DeviceStream stream_;
   std::vector<std::byte> staging_;
   std::vector<std::byte> scratch_;
 };

@@ -44,12 +44,6 @@ namespace kizuna {
 
 inline constexpr const char* kStatusMarker = "[kizuna-status]";
 
-// A CUDA stream (cudaStream_t) passed opaquely: public headers never
-// include the CUDA runtime.
-struct DeviceStream {
-  void* handle = nullptr;
-};
-
 class Communicator {
  public:
   static std::shared_ptr<Communicator> create(const CommOptions& options);
@@ -87,8 +81,10 @@ class Communicator {
   // Device memory (CommOptions.device or KIZUNA_DEVICE = cuda): the same
   // calls, ordered on `stream`. They return at once; the data move when the
   // stream gets there, and the Work finishes once the result is in place on
-  // the device. Today the collective itself runs on the host: the stream
-  // copies the input to pinned memory, waits, and copies the result back.
+  // the device. Among the ranks of one node joined through CUDA IPC the
+  // GPUs run the collective themselves (a kernel per call); otherwise the
+  // stream copies the input to pinned memory, waits while the host runs
+  // the collective, and copies the result back (KIZUNA_CUDA_IPC, docs/env.md).
   Work all_reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                   DeviceStream stream);
   Work broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,

@@ -5,6 +5,8 @@
 // collectives run (bucket sizes, compression, rebuilds).
 #pragma once
 
+#include <kizuna/types.hpp>
+
 #include <cstddef>
 #include <memory>
 
@@ -42,6 +44,15 @@ struct ReducerOptions {
   // A hook of your own; null: the built-in that `compression` names. Setting
   // both is an InvalidArgument.
   std::shared_ptr<CommHook> comm_hook;
+  // Device gradients: with a stream, `parameters` and `gradients` are memory
+  // of the communicator's GPU (CommOptions.device "cuda") and every
+  // collective runs on this stream; finalize() returns once the stream has
+  // run them. Each bucket is reduced in place, so the parameters must lie
+  // back to back in the buffers; buckets are not rebuilt
+  // (rebuild_buckets is ignored), compression and find_unused_parameters
+  // are refused (their casts and zeroing run on the host), and a parameter
+  // never marked ready is an error whose gradient was reduced as it was.
+  DeviceStream stream;
 };
 
 }  // namespace kizuna

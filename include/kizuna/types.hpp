@@ -62,6 +62,12 @@ constexpr bool is_floating(DataType t) {
 constexpr bool is_valid(DataType t) { return static_cast<int>(t) < kNumDataTypes; }
 constexpr bool is_valid(ReduceOp op) { return static_cast<int>(op) < kNumReduceOps; }
 
+// A CUDA stream (cudaStream_t) passed opaquely: public headers never
+// include the CUDA runtime. A null handle: no stream (host memory).
+struct DeviceStream {
+  void* handle = nullptr;
+};
+
 // Canonical names: "int8", "uint8", "int32", "uint32", "int64", "uint64",
 // "float16", "bfloat16", "float32", "float64"; "sum", "prod", "min", "max", "avg".
 std::string_view name(DataType t);

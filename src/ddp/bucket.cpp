@@ -2,14 +2,21 @@
 
 #include <cstring>
 
+#include "core/check.hpp"
+
 namespace kizuna {
 
-Bucket::Bucket(std::size_t index, BucketSpec spec, void* gradients, bool average, int world_size)
+Bucket::Bucket(std::size_t index, BucketSpec spec, void* gradients, bool average, int world_size,
+               DeviceStream stream)
     : index_(index),
       spec_(std::move(spec)),
       gradients_(static_cast<std::byte*>(gradients)),
       average_(average),
-      world_size_(world_size) {
+      world_size_(world_size),
+      stream_(stream) {
+  KIZUNA_CHECK_ARG(!on_device() || spec_.segments.empty() || spec_.is_contiguous(), "bucket ", index_,
+                   " of device gradients is not one contiguous range of the gradient buffer: register the "
+                   "parameters back to back");
   if (spec_.segments.empty()) {
     data_ = gradients_;
   } else if (spec_.is_contiguous()) {

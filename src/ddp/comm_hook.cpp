@@ -12,6 +12,8 @@ namespace {
 Work all_reduce_as_is(Communicator& comm, Bucket& bucket) {
   const ReduceOp op =
       bucket.average() && is_floating(bucket.dtype()) ? ReduceOp::Avg : ReduceOp::Sum;
+  if (bucket.on_device())
+    return comm.all_reduce(bucket.data(), bucket.data(), bucket.count(), bucket.dtype(), op, bucket.stream());
   return comm.all_reduce(bucket.data(), bucket.count(), bucket.dtype(), op);
 }
 

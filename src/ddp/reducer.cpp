@@ -90,7 +90,7 @@ std::string describe(const ReducerOptions& o, const CommHook& hook) {
       << o.average << ", find_unused_parameters " << o.find_unused_parameters
       << ", rebuild_buckets " << o.rebuild_buckets << ", broadcast_parameters "
       << o.broadcast_parameters << ", broadcast_root " << o.broadcast_root << ", hook "
-      << hook.name() << "}";
+      << hook.name() << ", gradients on " << (o.stream.handle ? "device" : "host") << "}";
   return out.str();
 }
 
@@ -136,7 +136,7 @@ struct Reducer::Impl {
     next.reserve(specs.size());
     for (std::size_t b = 0; b < specs.size(); ++b) {
       for (std::size_t p : specs[b].parameters) bucket_of[p] = b;
-      next.emplace_back(b, std::move(specs[b]), grads, options.average, comm->size());
+      next.emplace_back(b, std::move(specs[b]), grads, options.average, comm->size(), options.stream);
     }
     buckets = std::move(next);
     reset_iteration();
@@ -155,7 +155,7 @@ struct Reducer::Impl {
   void mark(std::size_t p) {
     ready[p] = 1;
     in_iteration = true;
-    if (iteration == 0 && options.rebuild_buckets) ready_order.push_back(p);
+    if (iteration == 0 && rebuilds()) ready_order.push_back(p);
     --pending[bucket_of[p]];
     while (next_launch < buckets.size() && pending[next_launch] == 0) {
       Bucket& bucket = buckets[next_launch];
@@ -181,6 +181,9 @@ struct Reducer::Impl {
     }
     return first;
   }
+
+  // Device buckets are views in registration order: they are never rebuilt.
+  bool rebuilds() const { return options.rebuild_buckets && !options.stream.handle; }
 
   // Collective: every rank takes rank 0's ready order.
   void rebuild() {
@@ -221,6 +224,14 @@ Reducer::Reducer(std::shared_ptr<Communicator> comm, void* parameters, void* gra
   KIZUNA_CHECK_ARG(options.broadcast_root >= 0 && options.broadcast_root < comm->size(),
                    "Reducer: broadcast_root ", options.broadcast_root, " is not a rank of ",
                    comm->size());
+  if (options.stream.handle) {
+    KIZUNA_CHECK_ARG(options.compression == Compression::None, "Reducer: compression of device gradients "
+                     "(options.stream) is not supported: its casts run on the host");
+    KIZUNA_CHECK_ARG(!options.find_unused_parameters, "Reducer: find_unused_parameters with device gradients "
+                     "(options.stream) is not supported: it zeroes unused gradients from the host");
+    KIZUNA_CHECK_ARG(comm->device() != "cpu", "Reducer: options.stream is set but communicator ", comm->name(),
+                     " is a CPU communicator (set CommOptions.device or KIZUNA_DEVICE to cuda)");
+  }
   validate(views, buffer_bytes);
   if (options.average)
     for (const auto& p : views)
@@ -295,7 +306,9 @@ void Reducer::finalize() {
   std::exception_ptr error;
   try {
     for (std::size_t p : unused) {
-      std::memset(s.grads + s.views[p].offset, 0, s.views[p].bytes());
+      // Device gradients cannot be zeroed from here: they are reduced as
+      // they are, and the error below says so.
+      if (!s.options.stream.handle) std::memset(s.grads + s.views[p].offset, 0, s.views[p].bytes());
       s.mark(p);
     }
   } catch (...) {
@@ -307,7 +320,7 @@ void Reducer::finalize() {
   if (error) std::rethrow_exception(error);
 
   ++s.iteration;
-  if (s.iteration == 1 && s.options.rebuild_buckets && !s.rebuilt) s.rebuild();
+  if (s.iteration == 1 && s.rebuilds() && !s.rebuilt) s.rebuild();
 
   if (!unused.empty() && !s.options.find_unused_parameters) {
     std::string names;
@@ -316,8 +329,10 @@ void Reducer::finalize() {
     if (unused.size() > 8) names += " and " + std::to_string(unused.size() - 8) + " more";
     KIZUNA_THROW(ErrorCode::InvalidArgument, "Reducer::finalize on rank ", s.comm->rank(),
                  ": iteration ", s.iteration - 1, " never marked ready ", names,
-                 "; they were reduced as zero. Mark every parameter whose gradient is "
-                 "computed, or set ReducerOptions.find_unused_parameters");
+                 s.options.stream.handle ? "; their device gradients were reduced as they were. Mark every "
+                                           "parameter whose gradient is computed"
+                                         : "; they were reduced as zero. Mark every parameter whose gradient is "
+                                           "computed, or set ReducerOptions.find_unused_parameters");
   }
 }
 
@@ -358,7 +373,10 @@ void Reducer::broadcast_parameters(int root) {
   }
   std::vector<Work> works;
   for (const auto& r : merged)
-    works.push_back(s.comm->broadcast(s.params + r.offset, r.bytes, DataType::UInt8, root));
+    works.push_back(s.options.stream.handle
+                        ? s.comm->broadcast(s.params + r.offset, s.params + r.offset, r.bytes, DataType::UInt8,
+                                            root, s.options.stream)
+                        : s.comm->broadcast(s.params + r.offset, r.bytes, DataType::UInt8, root));
   std::exception_ptr error;
   for (auto& w : works) {
     try {

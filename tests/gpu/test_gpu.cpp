@@ -10,6 +10,7 @@
 // tests/support/collective_reference.hpp, bit for bit.
 #include <cuda_runtime.h>
 #include <kizuna/comm.hpp>
+#include <kizuna/reducer.hpp>
 #include <kizuna/tcp_store.hpp>
 #include <kizuna/tcp_store_server.hpp>
 #include <signal.h>
@@ -140,6 +141,47 @@ int run_rank(const RankArgs& a) {
       return e.code() == ErrorCode::PeerLost ? 3 : e.code() == ErrorCode::Timeout ? 6 : 4;
     }
     return 5;  // nobody noticed the dead rank
+  }
+
+  if (a.mode == "ddp") {
+    // The Reducer on device gradients: three parameters back to back; every
+    // rank ends with the mean of the ranks' gradients.
+    std::vector<Parameter> views;
+    std::size_t at = 0;
+    for (std::size_t count : {1000u, 37u, 300007u}) {
+      Parameter p;
+      p.name = "p" + std::to_string(views.size());
+      p.offset = at;
+      p.count = count;
+      at += count * 4;
+      views.push_back(p);
+    }
+    const std::size_t n_floats = at / 4;
+    std::vector<float> host(n_floats);
+    for (std::size_t i = 0; i < n_floats; ++i) host[i] = static_cast<float>((r + 1) * (i % 97));
+    void *dparams = nullptr, *dgrads = nullptr;
+    CUDA_OK(cudaMalloc(&dparams, at));
+    CUDA_OK(cudaMalloc(&dgrads, at));
+    CUDA_OK(cudaMemcpy(dgrads, host.data(), at, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dparams, host.data(), at, cudaMemcpyHostToDevice));
+    ReducerOptions ro;
+    ro.stream = ds;
+    ro.first_bucket_bytes = 4096;
+    ro.bucket_cap_bytes = 512 << 10;
+    Reducer reducer(comm, dparams, dgrads, at, views, ro);
+    for (std::size_t p = views.size(); p-- > 0;) reducer.mark_ready(p);
+    reducer.finalize();
+    CUDA_OK(cudaMemcpy(host.data(), dgrads, at, cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    const float mean_factor = (n + 1) / 2.0f;  // mean of 1..n
+    for (std::size_t i = 0; i < n_floats; ++i)
+      if (host[i] != mean_factor * static_cast<float>(i % 97)) ++wrong;
+    // broadcast_parameters (at construction) left rank 0's parameters everywhere.
+    CUDA_OK(cudaMemcpy(host.data(), dparams, at, cudaMemcpyDeviceToHost));
+    for (std::size_t i = 0; i < n_floats; ++i)
+      if (host[i] != static_cast<float>(i % 97)) ++wrong;
+    std::printf("rank %d of %d: DDP on device gradients: %s\n", r, n, wrong ? "WRONG" : "ok");
+    return wrong ? 1 : 0;
   }
 
   // "check": every collective x dtype x op on device buffers.
@@ -284,6 +326,11 @@ int main(int argc, char** argv) {
       for (int r = 0; r < world; ++r)
         GPU_EXPECT(codes[r] == 0, "%s check with %d ranks: rank %d exited %d", path, world, r, codes[r]);
       std::printf("device collectives, %s, %d ranks on one GPU: %s\n", path, world, g_failures > before ? "FAILED" : "ok");
+    }
+    for (int world : {2, 3}) {
+      const auto codes = run_ranks(argv[0], world, "ddp", ipc);
+      for (int r = 0; r < world; ++r)
+        GPU_EXPECT(codes[r] == 0, "%s DDP with %d ranks: rank %d exited %d", path, world, r, codes[r]);
     }
     // A rank killed mid-collective: the others end with an error, within
     // their 10 s deadline (PeerLost staged; IPC kernels see only the

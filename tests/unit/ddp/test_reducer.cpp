@@ -538,3 +538,28 @@ TEST_CASE("a failed communicator fails finalize() instead of hanging", "[ddp][re
     CHECK_THAT(e, !Catch::Contains("finalize returned"));
   }
 }
+
+TEST_CASE("device gradients: what needs the host is refused, and so is a CPU communicator", "[ddp][reducer]") {
+  // Checked before anything touches the buffers, so a CPU machine can say
+  // it; the reduction itself is tests/gpu's.
+  const Comms comms = ddp_comms(1);
+  const Model model = make_model(2, 8);
+  std::vector<float> params(model.bytes / 4), grads(model.bytes / 4);
+  auto refused = [&](ReducerOptions o) -> std::string {
+    o.stream.handle = reinterpret_cast<void*>(0x1);  // never used: refused first
+    try {
+      Reducer(comms[0], params.data(), grads.data(), model.bytes, model.views, o);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::InvalidArgument);
+      return e.what();
+    }
+    return "accepted";
+  };
+  ReducerOptions compressed;
+  compressed.compression = Compression::Float16;
+  CHECK_THAT(refused(compressed), Catch::Contains("compression of device gradients"));
+  ReducerOptions unused;
+  unused.find_unused_parameters = true;
+  CHECK_THAT(refused(unused), Catch::Contains("find_unused_parameters with device gradients"));
+  CHECK_THAT(refused(ReducerOptions{}), Catch::Contains("is a CPU communicator"));
+}
