@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/fifo_program.cuh"
 
@@ -37,6 +38,8 @@ struct FifoLaunch {
   const volatile std::uint32_t* abort = nullptr;
   std::uint32_t* status = nullptr;  // [block_count]
 };
+
+static_assert(std::is_trivially_copyable_v<FifoLaunch>);  // a kernel parameter
 
 // Throws kizuna::Error(CudaError) when the launch fails.
 void launch_fifo(const FifoLaunch& launch, void* stream);

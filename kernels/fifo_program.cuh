@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/step_table.cuh"
 
@@ -84,6 +85,12 @@ struct FifoProgram {
   FifoCounters* counters = nullptr;
   FifoSend* pending = nullptr;
 };
+
+// These cross to the GPU (kernel parameters, device memory) as bytes.
+static_assert(std::is_trivially_copyable_v<FifoChannel>);
+static_assert(std::is_trivially_copyable_v<FifoCounters>);
+static_assert(std::is_trivially_copyable_v<FifoSend>);
+static_assert(std::is_trivially_copyable_v<FifoProgram>);
 
 enum class FifoStatus : std::uint32_t { Running = 0, Done = 1, Stopped = 2 };
 
