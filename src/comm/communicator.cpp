@@ -352,7 +352,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     bool wake = false;
     {
       std::lock_guard lock(queue_mutex);
-      queue.push_front(task);  // nothing was queued meanwhile: the exec lock was held
+      queue.push_front(task);  // calls queued meanwhile came after it
       wake = worker_asleep;
     }
     exec.unlock();
