@@ -107,7 +107,7 @@ int run_rank(const RankArgs& a) {
   o.world_size = a.world;
   o.device = "cuda";
   o.local_rank = a.rank;
-  o.timeout = std::chrono::seconds(a.mode == "kill" ? 10 : 60);
+  o.timeout = std::chrono::seconds(a.mode == "kill" ? 10 : 20);
   auto comm = Communicator::create(o);
   // The path must be the one asked for: IPC joins the ranks' GPUs (ranks
   // sharing one only under MPS, whose kernels then run at once), and
@@ -267,7 +267,7 @@ std::vector<int> run_ranks(const char* self, int world, const std::string& mode,
     pids.push_back(pid);
   }
   std::vector<int> codes;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
   for (pid_t pid : pids) {
     int status = 0;
     while (::waitpid(pid, &status, WNOHANG) == 0) {
