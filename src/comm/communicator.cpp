@@ -136,15 +136,16 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::vector<std::unique_ptr<transport::Link>> links;
   std::unique_ptr<comm::Executor> executor;
   std::unique_ptr<comm::DeviceBackend> device;  // null: a CPU communicator
+  // (collective, algorithm, root, count, element size): see schedule_key().
+  using ScheduleKey = std::tuple<int, int, int, std::uint64_t, std::uint64_t>;
   // Device collectives run GPU to GPU (device->launch) rather than staged:
   // every rank's device joined at creation. Their schedules, encoded, by
-  // (collective, algorithm, root, count, element size), under direct_mutex.
+  // ScheduleKey, under direct_mutex.
   bool direct = false;
   std::atomic<int> direct_in_flight{0};
   std::mutex direct_mutex;
   std::uint64_t direct_seq = 0;
-  std::map<std::tuple<int, int, int, std::uint64_t, std::uint64_t>,
-           std::pair<std::vector<kernels::DeviceStep>, std::uint64_t>> direct_tables;
+  std::map<ScheduleKey, std::pair<std::vector<kernels::DeviceStep>, std::uint64_t>> direct_tables;
   comm::History history;
   comm::LiveProgress live;
   std::uint64_t dump_handle = 0;
@@ -152,8 +153,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::vector<std::uint64_t> p2p_sent, p2p_received;
   // Schedules of recent calls: training repeats the same few shapes, and a
   // small all-reduce should not pay for building its schedule every time.
-  std::map<std::tuple<int, int, int, std::uint64_t, std::uint64_t>, std::shared_ptr<const algo::RankSchedule>>
-      schedules;
+  std::map<ScheduleKey, std::shared_ptr<const algo::RankSchedule>> schedules;
 
   // Queue: tasks in call order, run by the worker or by a waiting caller.
   std::mutex queue_mutex;
@@ -380,21 +380,12 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     const auto parts = comm::split_parts(t.collective, t.count, elem, device->direct_parts(), kDirectPartBytes);
     if (direct_tables.size() + parts.size() > 64) direct_tables.clear();
     for (const comm::DevicePart& part : parts) {
-      const auto key = std::tuple{static_cast<int>(t.collective), static_cast<int>(a), t.root,
-                                  static_cast<std::uint64_t>(part.count), static_cast<std::uint64_t>(elem)};
-      auto it = direct_tables.find(key);
+      const algo::ScheduleRequest req = request_for(t, a, part.count);
+      auto it = direct_tables.find(schedule_key(req));
       if (it == direct_tables.end()) {
-        algo::ScheduleRequest req;
-        req.collective = t.collective;
-        req.algorithm = a;
-        req.world_size = world;
-        req.rank = rank;
-        req.root = t.root;
-        req.count = part.count;
-        req.elem_size = elem;
-        req.slice_bytes = slice_bytes;
         const algo::RankSchedule schedule = algo::make_schedule(req);
-        it = direct_tables.emplace(key, std::pair{comm::encode_steps(schedule), schedule.scratch_count}).first;
+        it = direct_tables.emplace(schedule_key(req), std::pair{comm::encode_steps(schedule), schedule.scratch_count})
+                 .first;
       }
       call.parts.push_back({&it->second.first, it->second.second * elem, part.offset * elem});
       steps += it->second.first.size();
@@ -406,9 +397,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     call.output = r.recv;
     call.dtype = t.dtype;
     call.op = t.op;
-    const bool holds_result = t.collective == Collective::AllReduce || t.collective == Collective::ReduceScatter ||
-                              (t.collective == Collective::Reduce && rank == t.root);
-    call.avg_count = t.op == ReduceOp::Avg && holds_result ? t.count : 0;
+    call.avg_count = t.op == ReduceOp::Avg && holds_result(t) ? t.count : 0;
     call.avg_divisor = world;
     call.stream = r.stream;
     call.timeout = timeout;
@@ -629,9 +618,35 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
   }
 
+  // The schedule request of collective task `t` run with `a` over `count`
+  // of its elements (all of them, or one part of a device call).
+  algo::ScheduleRequest request_for(const Task& t, algo::Algorithm a, std::uint64_t count) const {
+    algo::ScheduleRequest req;
+    req.collective = t.collective;
+    req.algorithm = a;
+    req.world_size = world;
+    req.rank = rank;
+    req.root = t.root;
+    req.count = count;
+    req.elem_size = size_of(t.dtype);
+    req.slice_bytes = slice_bytes;
+    if (hierarchical) req.node_of = topology.node_of;
+    return req;
+  }
+
+  // What tells a rank's schedules apart, as the caches key them.
+  static ScheduleKey schedule_key(const algo::ScheduleRequest& req) {
+    return {static_cast<int>(req.collective), static_cast<int>(req.algorithm), req.root, req.count, req.elem_size};
+  }
+
+  // Whether this rank's output holds the result of `t` (what Avg divides).
+  bool holds_result(const Task& t) const {
+    return t.collective == Collective::AllReduce || t.collective == Collective::ReduceScatter ||
+           (t.collective == Collective::Reduce && rank == t.root);
+  }
+
   std::shared_ptr<const algo::RankSchedule> schedule_for(const algo::ScheduleRequest& req) {
-    const auto key = std::tuple{static_cast<int>(req.collective), static_cast<int>(req.algorithm), req.root,
-                                req.count, req.elem_size};
+    const ScheduleKey key = schedule_key(req);
     auto it = schedules.find(key);
     if (it == schedules.end()) {
       if (schedules.size() >= 64) schedules.clear();
@@ -670,16 +685,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     const std::size_t elem = size_of(t.dtype);
     Plan& p = last_plan;
     if (!p.schedule || p.collective != t.collective || p.root != t.root || p.count != t.count || p.elem != elem) {
-      algo::ScheduleRequest req;
-      req.collective = t.collective;
-      req.algorithm = choose(t);
-      req.world_size = world;
-      req.rank = rank;
-      req.root = t.root;
-      req.count = t.count;
-      req.elem_size = elem;
-      req.slice_bytes = slice_bytes;
-      if (hierarchical) req.node_of = topology.node_of;
+      const algo::ScheduleRequest req = request_for(t, choose(t), t.count);
       p = Plan{t.collective, t.root, t.count, elem, req.algorithm, schedule_for(req)};
     }
     t.label = label(t, p.algorithm);
@@ -698,12 +704,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   }
 
   void finish_collective(const Task& t) {
-    if (t.op == ReduceOp::Avg) {
-      const bool holds_result = t.collective == Collective::AllReduce ||
-                                t.collective == Collective::ReduceScatter ||
-                                (t.collective == Collective::Reduce && rank == t.root);
-      if (holds_result) core::scale(t.output, t.count, t.dtype, world);
-    }
+    if (t.op == ReduceOp::Avg && holds_result(t)) core::scale(t.output, t.count, t.dtype, world);
   }
 
   void execute_p2p(Task& t, Clock::time_point deadline) {

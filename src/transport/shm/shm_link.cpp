@@ -85,21 +85,13 @@ class ShmLink final : public Link {
   bool uses_doorbell() const override { return true; }
   void check_peer() override { check_control(); }
   bool peer_closed() override {
-    // The control connection always has its receive posted: progress it,
-    // as check_control() does, and keep what it says.
-    if (!gone_ && !closed_.load()) {
-      try {
-        control_->progress();
-      } catch (const Error&) {
-        if (const AbortNotice* notice = control_->received_abort()) {
-          received_abort_ = *notice;
-          closed_.store(true);
-        } else {
-          gone_ = std::current_exception();
-        }
-      }
+    if (closed_.load()) return true;
+    try {
+      poll_control();
+    } catch (const Error&) {
+      return true;  // the peer's abort notice: it has failed
     }
-    return gone_ != nullptr || closed_.load();
+    return gone_ != nullptr;
   }
 
   void send_abort(const AbortNotice& notice, std::chrono::milliseconds grace) override {
@@ -146,24 +138,30 @@ class ShmLink final : public Link {
   // peer: a receive the ring cannot satisfy, or a send. A peer that leaves
   // after its last collective is no failure of ranks still finishing theirs.
   void check_control() {
-    if (!gone_) {
-      try {
-        control_->progress();
-        return;
-      } catch (const Error&) {
-        if (const AbortNotice* notice = control_->received_abort()) {
-          received_abort_ = *notice;
-          closed_.store(true);
-          throw;
-        }
-        gone_ = std::current_exception();
-      }
-    }
+    poll_control();
+    if (!gone_) return;
     // What the peer published before leaving is visible now: read it first.
     progress_recv();
     if ((recv_active_ && !recv_complete_) || !sendq_.empty()) {
       closed_.store(true);
       std::rethrow_exception(gone_);
+    }
+  }
+
+  // Progresses the control connection (its receive is always posted) and
+  // keeps what it says: an abort notice becomes this link's, closes it and
+  // is rethrown; its end-of-file is kept in gone_.
+  void poll_control() {
+    if (gone_) return;
+    try {
+      control_->progress();
+    } catch (const Error&) {
+      if (const AbortNotice* notice = control_->received_abort()) {
+        received_abort_ = *notice;
+        closed_.store(true);
+        throw;
+      }
+      gone_ = std::current_exception();
     }
   }
 
