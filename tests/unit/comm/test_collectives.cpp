@@ -222,6 +222,20 @@ TEST_CASE("many asynchronous collectives in flight complete in call order", "[co
   });
 }
 
+namespace {
+
+// `calls` one-element all-reduces on rank r of 2, each waited for as soon
+// as it is made: a blocking caller's pattern, which the communicator learns.
+void wait_at_once(Communicator& c, int r, int calls) {
+  for (int k = 0; k < calls; ++k) {
+    std::int32_t x = r + k;
+    c.all_reduce(&x, 1, DataType::Int32, ReduceOp::Sum).wait();
+    REQUIRE(x == 1 + 2 * k);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("a call nobody waits for completes on its own after callers ran theirs inline", "[comm]") {
   // Callers that wait at once run their calls themselves and the worker
   // thread stops being woken per call; a later call that is only polled
@@ -232,11 +246,7 @@ TEST_CASE("a call nobody waits for completes on its own after callers ran theirs
   const auto comms = make_comms(world, options);
   run_ranks(world, [&](int r) {
     Communicator& c = *comms[r];
-    for (int k = 0; k < 200; ++k) {
-      std::int32_t x = r + k;
-      c.all_reduce(&x, 1, DataType::Int32, ReduceOp::Sum).wait();
-      REQUIRE(x == 1 + 2 * k);
-    }
+    wait_at_once(c, r, 200);
     std::int32_t y = 10 * r;
     const Work w = c.all_reduce(&y, 1, DataType::Int32, ReduceOp::Sum);
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -269,11 +279,7 @@ TEST_CASE("a caller that runs its small calls itself is not held when a peer is 
   const auto comms = make_comms(world, options);
   run_ranks(world, [&](int r) {
     Communicator& c = *comms[r];
-    for (int k = 0; k < 50; ++k) {
-      std::int32_t x = r + k;
-      c.all_reduce(&x, 1, DataType::Int32, ReduceOp::Sum).wait();
-      REQUIRE(x == 1 + 2 * k);
-    }
+    wait_at_once(c, r, 50);
     std::int64_t y = r + 1;
     if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     const auto before = std::chrono::steady_clock::now();

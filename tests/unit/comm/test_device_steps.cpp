@@ -9,9 +9,9 @@
 #include <cstring>
 #include <deque>
 
-#include "algo/simulator.hpp"
 #include "collective_reference.hpp"
 #include "comm/device_steps.hpp"
+#include "rank_schedules.hpp"
 
 using namespace kizuna;
 using namespace kizuna::test;
@@ -22,20 +22,7 @@ namespace {
 
 std::vector<algo::RankSchedule> schedules_for(Collective c, Algorithm a, int world, std::uint64_t count,
                                               std::size_t elem) {
-  std::vector<algo::RankSchedule> out;
-  for (int r = 0; r < world; ++r) {
-    algo::ScheduleRequest req;
-    req.collective = c;
-    req.algorithm = a;
-    req.world_size = world;
-    req.rank = r;
-    req.root = world / 2;
-    req.count = count;
-    req.elem_size = elem;
-    req.slice_bytes = 64;
-    out.push_back(algo::make_schedule(req));
-  }
-  return out;
+  return rank_schedules(c, a, world, count, elem, 64);
 }
 
 bool same(const algo::Step& a, const algo::Step& b) {
@@ -96,21 +83,11 @@ void compare_with_simulator(DataType dtype, ReduceOp rop) {
         for (std::uint64_t count : {0ull, 1ull, 37ull, 300ull}) {
           CAPTURE(world, algo::name(c), algo::name(a), count);
           const auto schedules = schedules_for(c, a, world, count, elem);
-          std::vector<std::vector<unsigned char>> in(world), out(world), sim_in(world), sim_out(world);
-          std::vector<algo::SimRank> sim(world);
-          for (int r = 0; r < world; ++r) {
-            const std::uint64_t in_count = std::max<std::uint64_t>(schedules[r].input_count, 1);
-            in[r] = ref.input_buffer(r, in_count);
-            out[r].assign(std::max<std::uint64_t>(schedules[r].output_count, 1) * elem, 0);
-            sim_in[r] = in[r];
-            sim_out[r] = out[r];
-            sim[r] = {sim_in[r].data(), sim_out[r].data()};
-          }
-          algo::simulate(schedules, dtype, rop, sim);
-          run_tables<Codec, Op>(schedules, in, out);
+          Simulated s = simulate_ranks(ref, schedules, dtype, rop);
+          run_tables<Codec, Op>(schedules, s.in, s.out);
           for (int r = 0; r < world; ++r) {
             CAPTURE(r);
-            REQUIRE(out[r] == sim_out[r]);
+            REQUIRE(s.out[r] == s.sim_out[r]);
           }
         }
       }

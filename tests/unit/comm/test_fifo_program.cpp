@@ -13,10 +13,10 @@
 #include <memory>
 #include <thread>
 
-#include "algo/simulator.hpp"
 #include "collective_reference.hpp"
 #include "comm/device_parts.hpp"
 #include "comm/device_steps.hpp"
+#include "rank_schedules.hpp"
 #include "kernels/fifo_program.cuh"
 
 using namespace kizuna;
@@ -68,28 +68,33 @@ struct World {
         in[r][s] = ch;
       }
   }
+
+  // Rank r's walk of `table` on these channels, queueing sends in `pending`
+  // (an entry per step).
+  kernels::FifoProgram program(int r, const std::vector<kernels::DeviceStep>& table,
+                               std::vector<kernels::FifoSend>& pending) {
+    kernels::FifoProgram p;
+    p.steps = table.data();
+    p.step_count = static_cast<std::uint32_t>(table.size());
+    p.rank = r;
+    p.world = n;
+    p.slots = slots;
+    p.slot_bytes = slot_bytes;
+    p.in = in[r].data();
+    p.out = out[r].data();
+    p.counters = &counters[r];
+    p.pending = pending.data();
+    return p;
+  }
 };
 
 std::vector<algo::RankSchedule> schedules_for(Collective c, Algorithm a, int world, std::uint64_t count,
                                               std::size_t elem) {
-  std::vector<algo::RankSchedule> out;
-  for (int r = 0; r < world; ++r) {
-    algo::ScheduleRequest req;
-    req.collective = c;
-    req.algorithm = a;
-    req.world_size = world;
-    req.rank = r;
-    req.root = world / 2;
-    req.count = count;
-    req.elem_size = elem;
-    req.slice_bytes = 48;
-    out.push_back(algo::make_schedule(req));
-  }
-  return out;
+  return rank_schedules(c, a, world, count, elem, 48);
 }
 
-// Runs one collective on every rank of `w` at once; returns each rank's status.
-// Buffers by rank: where each rank's input and output start.
+// Runs one collective on every rank of `w` at once, each rank's input and
+// output starting where `inputs` and `outputs` say; returns each rank's status.
 template <typename Codec, typename Op>
 std::vector<kernels::FifoStatus> run_world_at(World& w, const std::vector<algo::RankSchedule>& schedules,
                                               const std::vector<unsigned char*>& inputs,
@@ -104,17 +109,7 @@ std::vector<kernels::FifoStatus> run_world_at(World& w, const std::vector<algo::
       const auto table = comm::encode_steps(schedules[r]);
       std::vector<S> scratch(schedules[r].scratch_count + 1);
       std::vector<kernels::FifoSend> pending(table.size() + 1);
-      kernels::FifoProgram p;
-      p.steps = table.data();
-      p.step_count = static_cast<std::uint32_t>(table.size());
-      p.rank = r;
-      p.world = n;
-      p.slots = w.slots;
-      p.slot_bytes = w.slot_bytes;
-      p.in = w.in[r].data();
-      p.out = w.out[r].data();
-      p.counters = &w.counters[r];
-      p.pending = pending.data();
+      const kernels::FifoProgram p = w.program(r, table, pending);
       S* input = reinterpret_cast<S*>(inputs[r]);
       S* output = reinterpret_cast<S*>(outputs[r]);
       kernels::StepBuffers<S> b{{input, output, scratch.data()}};
@@ -154,23 +149,13 @@ void compare_with_simulator(DataType dtype, ReduceOp rop) {
             const bool in_place = count % 2 == 1 && (c == Collective::AllReduce || c == Collective::Broadcast);
             CAPTURE(world, slots, algo::name(c), algo::name(a), count, in_place);
             const auto schedules = schedules_for(c, a, world, count, elem);
-            std::vector<std::vector<unsigned char>> in(world), out(world), sim_in(world), sim_out(world);
-            std::vector<algo::SimRank> sim(world);
-            for (int r = 0; r < world; ++r) {
-              const std::uint64_t in_count = std::max<std::uint64_t>(schedules[r].input_count, 1);
-              in[r] = ref.input_buffer(r, in_count);
-              out[r].assign(std::max<std::uint64_t>(schedules[r].output_count, 1) * elem, 0);
-              sim_in[r] = in[r];
-              sim_out[r] = out[r];
-              sim[r] = {sim_in[r].data(), in_place ? sim_in[r].data() : sim_out[r].data()};
-            }
-            algo::simulate(schedules, dtype, rop, sim);
-            const auto status = run_world<Codec, Op>(w, schedules, in, out, in_place);
+            Simulated s = simulate_ranks(ref, schedules, dtype, rop, in_place);
+            const auto status = run_world<Codec, Op>(w, schedules, s.in, s.out, in_place);
             for (int r = 0; r < world; ++r) {
               CAPTURE(r);
               REQUIRE(status[r] == kernels::FifoStatus::Done);
-              if (in_place) REQUIRE(in[r] == sim_in[r]);
-              else REQUIRE(out[r] == sim_out[r]);
+              if (in_place) REQUIRE(s.in[r] == s.sim_in[r]);
+              else REQUIRE(s.out[r] == s.sim_out[r]);
             }
           }
         }
@@ -192,28 +177,11 @@ TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_pro
   using namespace kizuna::kernels;
   // Rank 1 of 2 never runs: rank 0's all-reduce must give up, not hang.
   World w(2, 2, 16);
-  algo::ScheduleRequest req;
-  req.collective = Collective::AllReduce;
-  req.algorithm = Algorithm::Ring;
-  req.world_size = 2;
-  req.rank = 0;
-  req.count = 100;
-  req.elem_size = 4;
-  req.slice_bytes = 48;
-  const auto schedule = algo::make_schedule(req);
+  const algo::RankSchedule schedule = schedules_for(Collective::AllReduce, Algorithm::Ring, 2, 100, 4)[0];
   const auto table = comm::encode_steps(schedule);
   std::vector<float> data(100, 1.0f), scratch(schedule.scratch_count + 1);
   std::vector<FifoSend> pending(table.size() + 1);
-  FifoProgram p;
-  p.steps = table.data();
-  p.step_count = static_cast<std::uint32_t>(table.size());
-  p.world = 2;
-  p.slots = w.slots;
-  p.slot_bytes = w.slot_bytes;
-  p.in = w.in[0].data();
-  p.out = w.out[0].data();
-  p.counters = &w.counters[0];
-  p.pending = pending.data();
+  const FifoProgram p = w.program(0, table, pending);
   StepBuffers<float> b{{data.data(), data.data(), scratch.data()}};
   auto state = std::make_unique<FifoState<float>>();
   const auto start = std::chrono::steady_clock::now();
@@ -234,21 +202,12 @@ TEST_CASE("a long ring queues more sends than any fixed bound, and finishes", "[
       CAPTURE(world, algo::name(a));
       World w(world, 2, 64);
       const auto schedules = schedules_for(Collective::AllReduce, a, world, 24000, 4);
-      std::vector<std::vector<unsigned char>> in(world), out(world), sim_in(world), sim_out(world);
-      std::vector<algo::SimRank> sim(world);
-      for (int r = 0; r < world; ++r) {
-        in[r] = ref.input_buffer(r, 24000);
-        out[r].assign(24000 * 4, 0);
-        sim_in[r] = in[r];
-        sim_out[r] = out[r];
-        sim[r] = {sim_in[r].data(), sim_out[r].data()};
-      }
-      algo::simulate(schedules, DataType::Float32, ReduceOp::Sum, sim);
-      const auto status = run_world<Plain<float>, SumOp>(w, schedules, in, out, false);
+      Simulated s = simulate_ranks(ref, schedules, DataType::Float32, ReduceOp::Sum);
+      const auto status = run_world<Plain<float>, SumOp>(w, schedules, s.in, s.out, false);
       for (int r = 0; r < world; ++r) {
         CAPTURE(r);
         REQUIRE(status[r] == FifoStatus::Done);
-        REQUIRE(out[r] == sim_out[r]);
+        REQUIRE(s.out[r] == s.sim_out[r]);
       }
     }
   }
@@ -293,17 +252,10 @@ TEST_CASE("a collective cut into parts, each walked on its own channels, equals 
           const auto parts = comm::split_parts(c, count, elem, 3, 1024);
           CAPTURE(name(dtype), world, algo::name(c), algo::name(a), parts.size());
           REQUIRE(parts.size() == 3);
-          const auto whole = schedules_for(c, a, world, count, elem);
-          std::vector<std::vector<unsigned char>> in(world), out(world), sim_in(world), sim_out(world);
-          std::vector<algo::SimRank> sim(world);
-          for (int r = 0; r < world; ++r) {
-            in[r] = ref.input_buffer(r, count);
-            out[r].assign(count * elem, 0);
-            sim_in[r] = in[r];
-            sim_out[r] = out[r];
-            sim[r] = {sim_in[r].data(), sim_out[r].data()};
-          }
-          algo::simulate(whole, dtype, ReduceOp::Sum, sim);
+          Simulated s = simulate_ranks(ref, schedules_for(c, a, world, count, elem), dtype, ReduceOp::Sum);
+          auto& in = s.in;
+          auto& out = s.out;
+          for (auto& o : out) o.resize(count * elem);  // a non-root's reduce output too: every part's start is inside
           for (const comm::DevicePart& part : parts) {
             World w(world, 2, 64);
             const auto schedules = schedules_for(c, a, world, part.count, elem);
@@ -321,7 +273,7 @@ TEST_CASE("a collective cut into parts, each walked on its own channels, equals 
           for (int r = 0; r < world; ++r) {
             CAPTURE(r);
             if (c == Collective::Reduce && r != root) continue;  // only the root's output is defined
-            REQUIRE(out[r] == sim_out[r]);
+            REQUIRE(out[r] == s.sim_out[r]);
           }
         }
       }
