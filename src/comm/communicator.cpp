@@ -22,6 +22,7 @@
 #include "comm/bootstrap.hpp"
 #include "comm/device_backend.hpp"
 #include "comm/device_parts.hpp"
+#include "comm/staged_call.hpp"
 #include "comm/device_steps.hpp"
 #include "comm/executor.hpp"
 #include "comm/fingerprint.hpp"
@@ -67,6 +68,12 @@ constexpr std::size_t kDirectBytes = 64 << 10;
 // A device call GPU to GPU runs as parts of at least this size, one block
 // each (comm/device_parts.hpp); a guess until measured on a GPU.
 constexpr std::size_t kDirectPartBytes = 1 << 20;
+// A device call staged through host memory runs as parts of at least this
+// size, at most kStagedParts of them, so that the copies to and from the
+// device overlap the host collective (comm/staged_call.hpp): a part's
+// copy over the host bus takes a fraction of its collective's time.
+constexpr std::size_t kStagedPartBytes = 4 << 20;
+constexpr int kStagedParts = 64;
 
 // How long a failing rank spends telling its peers why.
 constexpr std::chrono::milliseconds kAbortGrace{300};
@@ -111,11 +118,12 @@ struct Task {
   bool running = false;
   std::shared_ptr<const algo::RankSchedule> schedule;
   comm::RunLabel label;
-  // Device calls: the staged call, and where input and output sit in its
-  // host buffer.
+  // A device call staged through host memory: the call, and which of its
+  // parts this task reduces (a part of a staged call that has several
+  // is a task of its own, with its own seq).
   std::shared_ptr<comm::StagedCall> staged;
-  std::size_t host_input = 0;
-  std::size_t host_output = 0;
+  std::size_t part = 0;
+  std::string part_label;
 };
 
 struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
@@ -430,21 +438,67 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     return Work(work);
   }
 
-  Work enqueue(Task t, const comm::StageRequest* stage = nullptr) {
-    if (stage && direct && t.kind == Task::Kind::Collective) return launch_direct(t, *stage);
-    if (!stage)
-      if (std::optional<Work> done = try_direct(t)) return *std::move(done);
+  // A call on device buffers: GPU to GPU when the devices joined, else
+  // staged through host memory (comm/staged_call.hpp). An all-reduce,
+  // broadcast or reduce is staged in parts, each a queued task of its own
+  // on its slice of the host buffer, so that one part's copies overlap
+  // another's collective; every rank cuts alike.
+  Work enqueue_device(Task t, comm::StageRequest r) {
+    KIZUNA_CHECK_ARG(device != nullptr, "communicator ", name, " is a CPU communicator: calls with a ",
+                     "stream need CommOptions.device or KIZUNA_DEVICE = cuda");
+    if (direct && t.kind == Task::Kind::Collective) return launch_direct(t, r);
+    const std::size_t elem = size_of(t.dtype);
+    const std::vector<comm::DevicePart> parts =
+        t.kind == Task::Kind::Collective
+            ? comm::split_parts(t.collective, t.count, elem, kStagedParts, kStagedPartBytes)
+            : std::vector<comm::DevicePart>{{0, t.count}};
+    if (parts.size() > 1) {
+      for (const comm::DevicePart& p : parts) r.cuts.push_back(p.offset * elem);
+      r.cuts.push_back(t.count * elem);
+    }
+    auto work = std::make_shared<detail::WorkState>();
+    auto staged = comm::StagedCall::start(device->queue(), r, [work](std::exception_ptr e) { work->finish(std::move(e)); });
+    std::vector<std::shared_ptr<Task>> tasks;
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      auto task = std::make_shared<Task>(t);
+      const std::size_t at = parts[k].offset * elem;
+      task->count = parts[k].count;
+      task->input = staged->host() + r.in_offset + at;
+      task->output = staged->host() + r.out_offset + at;
+      task->staged = staged;
+      task->part = k;
+      if (parts.size() > 1)
+        task->part_label = " (part " + std::to_string(k + 1) + " of " + std::to_string(parts.size()) +
+                           " of a staged device call)";
+      task->work = work;
+      tasks.push_back(std::move(task));
+    }
+    bool wake = false;
+    {
+      std::lock_guard lock(queue_mutex);
+      if (stopping) {
+        const auto error = std::make_exception_ptr(
+            Error(ErrorCode::InvalidArgument, "communicator " + name + " is being destroyed"));
+        for (std::size_t k = 0; k < parts.size(); ++k) staged->release(k, error);
+        std::rethrow_exception(error);
+      }
+      for (const auto& task : tasks) {
+        task->seq = next_seq++;
+        record_queued(*task);
+        make_work(task);
+        queue.push_back(task);
+      }
+      last_enqueue = tasks.back()->queued_at;
+      wake = !callers_wait || worker_asleep;
+    }
+    if (wake) queue_cv.notify_one();
+    return Work(work);
+  }
+
+  Work enqueue(Task t) {
+    if (std::optional<Work> done = try_direct(t)) return *std::move(done);
     auto task = std::make_shared<Task>(std::move(t));
     task->work = std::make_shared<detail::WorkState>();
-    if (stage) {
-      KIZUNA_CHECK_ARG(device != nullptr, "communicator ", name, " is a CPU communicator: calls with a ",
-                       "stream need CommOptions.device or KIZUNA_DEVICE = cuda");
-      auto work = task->work;
-      task->staged = device->stage(*stage, [work](std::exception_ptr e) { work->finish(std::move(e)); });
-      auto* host = static_cast<unsigned char*>(task->staged->host());
-      task->input = host + task->host_input;
-      task->output = host + task->host_output;
-    }
     bool wake = false;
     {
       std::lock_guard lock(queue_mutex);
@@ -471,6 +525,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         l.what = algo::name(t.collective);
         l.seq = t.seq;
         l.algorithm = algo::name(a);
+        l.suffix = t.part_label;
         break;
     }
     return l;
@@ -499,7 +554,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
                        " is unusable after an earlier error (create a new one): ", e.what());
         }
       }
-      if (t.staged && !t.staged->wait_input(Clock::now() + timeout))
+      if (t.staged && !t.staged->wait_input(t.part, Clock::now() + timeout))
         KIZUNA_THROW(ErrorCode::Timeout, "the CUDA stream of ", label(t, algo::Algorithm::Ring).str(),
                      " did not deliver its input within ", timeout.count(), " ms");
       if (!execute(t, yield_at)) return false;
@@ -519,7 +574,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     t.schedule.reset();
     if (!error) history.ended(t.history_id, true);
     if (t.staged) {
-      t.staged->release(error);  // the Work finishes once the stream has the result
+      t.staged->release(t.part, error);  // the Work finishes once the stream has the result
     } else if (t.work) {
       t.work->finish(error);
     } else if (error) {  // a direct call: only a failure needs a Work to carry it
@@ -757,7 +812,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       dropped.swap(queue);
     }
     for (auto& task : dropped) {
-      if (task->staged) task->staged->release(error);
+      if (task->staged) task->staged->release(task->part, error);
       else task->work->finish(error);
     }
   }
@@ -1009,7 +1064,17 @@ namespace {
 comm::StageRequest stage(DeviceStream stream, const void* send, std::size_t send_bytes, std::size_t in_offset,
                          void* recv, std::size_t recv_bytes, std::size_t out_offset, std::size_t host_bytes,
                          std::chrono::milliseconds timeout) {
-  return {stream.handle, send, send_bytes, in_offset, recv, recv_bytes, out_offset, host_bytes, timeout};
+  comm::StageRequest r;
+  r.stream = stream.handle;
+  r.send = send;
+  r.send_bytes = send_bytes;
+  r.in_offset = in_offset;
+  r.recv = recv;
+  r.recv_bytes = recv_bytes;
+  r.out_offset = out_offset;
+  r.host_bytes = host_bytes;
+  r.timeout = timeout;
+  return r;
 }
 
 }  // namespace
@@ -1026,7 +1091,7 @@ Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, D
   t.op = op;
   const std::size_t n = count * size_of(dtype);
   const auto r = stage(stream, send, n, 0, recv, n, 0, n, impl_->timeout);
-  return impl_->enqueue(std::move(t), &r);
+  return impl_->enqueue_device(std::move(t), r);
 }
 
 Work Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
@@ -1042,7 +1107,7 @@ Work Communicator::broadcast(const void* send, void* recv, std::size_t count, Da
   t.root = root;
   const std::size_t n = count * size_of(dtype);
   const auto r = stage(stream, send, rank() == root ? n : 0, 0, recv, n, 0, n, impl_->timeout);
-  return impl_->enqueue(std::move(t), &r);
+  return impl_->enqueue_device(std::move(t), r);
 }
 
 Work Communicator::reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root,
@@ -1059,7 +1124,7 @@ Work Communicator::reduce(const void* send, void* recv, std::size_t count, DataT
   t.root = root;
   const std::size_t n = count * size_of(dtype);
   const auto r = stage(stream, send, n, 0, recv, rank() == root ? n : 0, 0, n, impl_->timeout);
-  return impl_->enqueue(std::move(t), &r);
+  return impl_->enqueue_device(std::move(t), r);
 }
 
 Work Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype,
@@ -1072,9 +1137,9 @@ Work Communicator::all_gather(const void* send, void* recv, std::size_t send_cou
   t.count = send_count;
   t.dtype = dtype;
   const std::size_t n = send_count * size_of(dtype);
-  t.host_input = rank() * n;  // in place on the host: input inside the output
-  const auto r = stage(stream, send, n, t.host_input, recv, n * size(), 0, n * size(), impl_->timeout);
-  return impl_->enqueue(std::move(t), &r);
+  // In place on the host: the input lands inside the output.
+  const auto r = stage(stream, send, n, rank() * n, recv, n * size(), 0, n * size(), impl_->timeout);
+  return impl_->enqueue_device(std::move(t), r);
 }
 
 Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
@@ -1088,23 +1153,23 @@ Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
   t.dtype = dtype;
   t.op = op;
   const std::size_t n = recv_count * size_of(dtype);
-  t.host_output = rank() * n;  // in place on the host: output inside the input
-  const auto r = stage(stream, send, n * size(), 0, recv, n, t.host_output, n * size(), impl_->timeout);
-  return impl_->enqueue(std::move(t), &r);
+  // In place on the host: the output is taken from inside the input.
+  const auto r = stage(stream, send, n * size(), 0, recv, n, rank() * n, n * size(), impl_->timeout);
+  return impl_->enqueue_device(std::move(t), r);
 }
 
 Work Communicator::send(const void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream) {
   Task t = p2p_task(Task::Kind::Send, buffer, count, dtype, peer, rank(), size());
   const std::size_t n = count * size_of(dtype);
   const auto r = stage(stream, buffer, n, 0, nullptr, 0, 0, n, impl_->timeout);
-  return impl_->enqueue(std::move(t), &r);
+  return impl_->enqueue_device(std::move(t), r);
 }
 
 Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream) {
   Task t = p2p_task(Task::Kind::Recv, buffer, count, dtype, peer, rank(), size());
   const std::size_t n = count * size_of(dtype);
   const auto r = stage(stream, nullptr, 0, 0, buffer, n, 0, n, impl_->timeout);
-  return impl_->enqueue(std::move(t), &r);
+  return impl_->enqueue_device(std::move(t), r);
 }
 
 std::string Communicator::device() const { return impl_->device ? impl_->device->describe() : "cpu"; }

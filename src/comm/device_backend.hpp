@@ -3,11 +3,10 @@
 // only file outside src/cuda and kernels/ with #if KIZUNA_HAS_CUDA).
 //
 // A device call is either direct (launch(): the GPUs run the schedule
-// themselves, after connect() joined them) or staged: the backend arms the caller's stream so that
-// the input reaches a host buffer, the stream then waits while the
-// communicator runs the ordinary host collective on that buffer, and the
-// result goes back to the device in stream order; `on_done` runs once it is
-// there (see src/cuda/staging.hpp).
+// themselves, after connect() joined them) or staged: the input goes to a
+// host buffer on the backend's DeviceQueue, the communicator runs the
+// ordinary host collective on it, part by part, and the results go back
+// in stream order (comm/staged_call.hpp).
 #pragma once
 
 #include <kizuna/store.hpp>
@@ -21,32 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "comm/device_queue.hpp"
 #include "core/check.hpp"
 #include "kernels/step_table.cuh"
 
 namespace kizuna::comm {
-
-class StagedCall {
- public:
-  virtual ~StagedCall() = default;
-  virtual void* host() = 0;
-  // False when the stream did not deliver the input by the deadline.
-  virtual bool wait_input(std::chrono::steady_clock::time_point deadline) = 0;
-  // The host collective is over (with `error`, or nullptr): let the stream go.
-  virtual void release(std::exception_ptr error) = 0;
-};
-
-struct StageRequest {
-  void* stream = nullptr;
-  const void* send = nullptr;
-  std::size_t send_bytes = 0;
-  std::size_t in_offset = 0;
-  void* recv = nullptr;
-  std::size_t recv_bytes = 0;
-  std::size_t out_offset = 0;
-  std::size_t host_bytes = 0;
-  std::chrono::milliseconds timeout{0};
-};
 
 // One part of a direct call (comm/device_parts.hpp): the rank's schedule
 // for it, encoded, its scratch, and where its elements start.
@@ -76,8 +54,9 @@ class DeviceBackend {
   virtual ~DeviceBackend() = default;
   // "cuda:0 (NVIDIA H200), staged through pinned host memory"
   virtual std::string describe() const = 0;
-  virtual std::shared_ptr<StagedCall> stage(const StageRequest& request,
-                                            std::function<void(std::exception_ptr)> on_done) = 0;
+  // Where staged calls copy, created on first use and owned by the
+  // backend (it outlives every call staged on it).
+  virtual DeviceQueue& queue() = 0;
 
   // Joins this rank's device to its peers' for direct calls, collectively
   // over `store` (every rank of the communicator calls it). False, with
@@ -105,5 +84,12 @@ class DeviceBackend {
 // Throws InvalidArgument for a device this build does not know, CudaError
 // when CUDA cannot be used here (no driver, no GPU), naming the cause.
 std::unique_ptr<DeviceBackend> make_device_backend(const std::string& device, int index, int local_rank);
+
+// Tests only: while set, make_device_backend() returns what `make` makes
+// for every device but "cpu" (tests/unit/comm/emulated_device.hpp emulates
+// a device on the host, so that the communicator's device paths run on
+// machines without one). Reset with an empty function.
+using DeviceBackendFactory = std::function<std::unique_ptr<DeviceBackend>(int index, int local_rank)>;
+void set_device_backend_for_tests(DeviceBackendFactory make);
 
 }  // namespace kizuna::comm

@@ -3,10 +3,11 @@
 
 #include "comm/device_backend.hpp"
 #include "core/check.hpp"
+#include "core/env.hpp"
 
 #if KIZUNA_HAS_CUDA
 #include "cuda/ipc_world.hpp"
-#include "cuda/staging.hpp"
+#include "cuda/copy_queue.hpp"
 #endif
 
 namespace kizuna::comm {
@@ -14,15 +15,25 @@ namespace kizuna::comm {
 #if KIZUNA_HAS_CUDA
 namespace {
 
-class CudaStaged final : public StagedCall {
+class CudaQueue final : public DeviceQueue {
  public:
-  explicit CudaStaged(std::shared_ptr<cuda::StagedCall> call) : call_(std::move(call)) {}
-  void* host() override { return call_->host(); }
-  bool wait_input(std::chrono::steady_clock::time_point deadline) override { return call_->wait_input(deadline); }
-  void release(std::exception_ptr error) override { call_->release(std::move(error)); }
+  CudaQueue(int device, bool stream_wait) : queue_(device, stream_wait) {}
+  std::shared_ptr<unsigned char> host_buffer(std::size_t bytes) override { return queue_.host_buffer(bytes); }
+  void follow(void* stream) override { queue_.follow(stream); }
+  void copy_to_host(void* host, const void* device, std::size_t bytes) override {
+    queue_.copy_to_host(host, device, bytes);
+  }
+  void copy_to_device(void* device, const void* host, std::size_t bytes) override {
+    queue_.copy_to_device(device, host, bytes);
+  }
+  std::function<bool()> mark() override { return queue_.mark(); }
+  std::uint64_t gate(std::chrono::milliseconds patience) override { return queue_.gate(patience); }
+  void open(std::uint64_t ticket) override { queue_.open(ticket); }
+  void then(std::function<void()> fn) override { queue_.then(std::move(fn)); }
+  void lead(void* stream) override { queue_.lead(stream); }
 
  private:
-  std::shared_ptr<cuda::StagedCall> call_;
+  cuda::CopyQueue queue_;
 };
 
 class CudaBackend final : public DeviceBackend {
@@ -53,21 +64,33 @@ class CudaBackend final : public DeviceBackend {
   void abort() override {
     if (ipc_) ipc_->abort();
   }
-  std::shared_ptr<StagedCall> stage(const StageRequest& r, std::function<void(std::exception_ptr)> on_done) override {
-    return std::make_shared<CudaStaged>(cuda::StagedCall::start(index_, r.stream, r.send, r.send_bytes, r.in_offset,
-                                                                r.recv, r.recv_bytes, r.out_offset, r.host_bytes,
-                                                                r.timeout, std::move(on_done)));
+  DeviceQueue& queue() override {
+    if (!queue_) queue_ = std::make_unique<CudaQueue>(index_, core::Env::get().cuda_stream_wait);
+    return *queue_;
   }
 
  private:
   int index_;
   std::unique_ptr<cuda::IpcWorld> ipc_;
+  std::unique_ptr<CudaQueue> queue_;
 };
 
 }  // namespace
 #endif
 
+namespace {
+
+DeviceBackendFactory& test_factory() {
+  static DeviceBackendFactory make;
+  return make;
+}
+
+}  // namespace
+
+void set_device_backend_for_tests(DeviceBackendFactory make) { test_factory() = std::move(make); }
+
 std::unique_ptr<DeviceBackend> make_device_backend(const std::string& device, int index, int local_rank) {
+  if (test_factory() && device != "cpu") return test_factory()(index, local_rank);
   if (device == "cuda") {
 #if KIZUNA_HAS_CUDA
     return std::make_unique<CudaBackend>(cuda::select_device(index, local_rank));

@@ -143,6 +143,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_DUMP_ON_SIGNAL",
       "KIZUNA_DEVICE",
       "KIZUNA_CUDA_IPC",
+      "KIZUNA_CUDA_STREAM_WAIT",
   };
   return names;
 }
@@ -215,6 +216,8 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_DUMP_ON_SIGNAL")) env.dump_on_signal = parse_bool("KIZUNA_DUMP_ON_SIGNAL", *v);
   if (auto v = lookup("KIZUNA_DEVICE")) std::tie(env.device, env.device_index) = parse_device("KIZUNA_DEVICE", *v);
   if (auto v = lookup("KIZUNA_CUDA_IPC")) env.cuda_ipc = parse_bool("KIZUNA_CUDA_IPC", *v);
+  if (auto v = lookup("KIZUNA_CUDA_STREAM_WAIT"))
+    env.cuda_stream_wait = parse_bool("KIZUNA_CUDA_STREAM_WAIT", *v);
 
   const auto& known = known_variables();
   for (const std::string& name : names) {

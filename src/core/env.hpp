@@ -55,6 +55,7 @@ struct Env {
   std::string device = "cpu";
   int device_index = -1;
   bool cuda_ipc = true;                                // KIZUNA_CUDA_IPC
+  bool cuda_stream_wait = true;                        // KIZUNA_CUDA_STREAM_WAIT
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,
   // each as a ready-to-log sentence.

@@ -9,7 +9,7 @@
 
 #include "core/check.hpp"
 #include "cuda/runtime.hpp"
-#include "cuda/staging.hpp"
+#include "cuda/copy_queue.hpp"
 #include "kernels/fifo_kernel.hpp"
 
 namespace kizuna::cuda {

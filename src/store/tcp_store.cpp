@@ -177,9 +177,10 @@ TcpStore::Impl::~Impl() {
   // finish early (rank 0's half of a split) must not cut off ranks still
   // setting up. It stops once they have all gone, or been quiet for
   // kServerLinger (done with it, or stopped), or after the store timeout.
-  if (server && !server->wait_clients_gone(kServerLinger, std::min(timeout, kServerLingerCap)))
+  if (server && !server->wait_clients_gone(kServerLinger, std::min(timeout, kServerLingerCap))) {
     KIZUNA_LOG(Debug) << "store at " << server->address() << " shuts down with " << server->num_connections()
                       << " clients still connected (quiet for " << kServerLinger.count() << " ms)";
+  }
 }
 
 void TcpStore::Impl::connect() {

@@ -1,0 +1,292 @@
+// The staged device path on an emulated device (emulated_device.hpp):
+// every collective on "device" buffers, whole and in parts, against the
+// serial reference; the caller's stream ordering input before the call and
+// the result before what follows; several calls in flight; and the ways it
+// fails (a peer that never comes, a stream that never delivers the input)
+// ending the Work with the cause while the stream goes on.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include <kizuna/reducer.hpp>
+
+#include "collective_reference.hpp"
+#include "emulated_device.hpp"
+#include "run_ranks.hpp"
+
+using namespace kizuna;
+using namespace kizuna::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+enum class Op { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast };
+
+// 13 MiB of float32: three staged parts of at least 4 MiB.
+constexpr std::uint64_t kPartedCount = (13u << 20) / 4;
+
+// One collective on one rank's emulated device. The input is written by
+// the stream itself, late, just before the call, and the result is read
+// by the stream just after it: both must come in stream order. Returns ""
+// or what was wrong.
+std::string run_on_device(Communicator& comm, EmulatedStream& stream, Op o, DataType dtype, ReduceOp rop,
+                          std::uint64_t count, bool in_place) {
+  const CollectiveReference ref(dtype, rop);
+  const int n = comm.size();
+  const int r = comm.rank();
+  const int root = n - 1;
+  const std::size_t elem = ref.elem();
+  const bool gathers = o == Op::AllGather, scatters = o == Op::ReduceScatter;
+  const std::uint64_t in_count = scatters ? count * n : count;
+  const std::uint64_t out_count = gathers ? count * n : count;
+  const std::vector<unsigned char> source = ref.input_buffer(r, in_count);
+  // In place: one device buffer, the input at this rank's slot for an
+  // all-gather, the output at it for a reduce-scatter.
+  std::vector<unsigned char> device_in(in_count * elem + 1, 0xCD), device_out(out_count * elem + 1, 0xAB);
+  unsigned char* in = device_in.data();
+  unsigned char* out = device_out.data();
+  if (in_place) {
+    if (gathers) in = out + r * count * elem;
+    else if (scatters) out = in + r * count * elem;
+    else out = in;
+  }
+  stream.push([&, in] {
+    std::this_thread::sleep_for(std::chrono::microseconds(count == 13 ? 2000 : 0));
+    std::memcpy(in, source.data(), source.size());
+  });
+  const DeviceStream s = stream.handle();
+  Work work;
+  switch (o) {
+    case Op::AllReduce: work = comm.all_reduce(in, out, count, dtype, rop, s); break;
+    case Op::ReduceScatter: work = comm.reduce_scatter(in, out, count, dtype, rop, s); break;
+    case Op::Reduce: work = comm.reduce(in, r == root ? out : nullptr, count, dtype, rop, root, s); break;
+    case Op::AllGather: work = comm.all_gather(in, out, count, dtype, s); break;
+    case Op::Broadcast: work = comm.broadcast(in, out, count, dtype, root, s); break;
+  }
+  std::vector<unsigned char> got(out_count * elem);
+  stream.push([&, out] { std::memcpy(got.data(), out, got.size()); });
+  work.wait();
+  if (!stream.synchronize()) return "the stream did not finish";
+  if (o == Op::Reduce && r != root) return "";
+  return ref.compare(got.data(), out_count, [&](std::uint64_t i, unsigned char* w) {
+    switch (o) {
+      case Op::AllReduce:
+      case Op::Reduce: ref.reduced(n, i, w); break;
+      case Op::ReduceScatter: ref.reduced(n, r * count + i, w); break;
+      case Op::AllGather: ref.input(static_cast<int>(i / count), i % count, w); break;
+      case Op::Broadcast: ref.input(root, i, w); break;
+    }
+  });
+}
+
+struct Case {
+  Op op;
+  DataType dtype;
+  ReduceOp rop;
+  std::uint64_t count;
+  bool in_place;
+};
+
+std::vector<Case> cases_for(int world) {
+  std::vector<Case> cases;
+  const std::uint64_t counts[] = {0, 1, static_cast<std::uint64_t>(world > 1 ? world - 1 : 1), 13, 5003};
+  for (DataType dtype : {DataType::Float32, DataType::BFloat16, DataType::Int64}) {
+    for (ReduceOp rop : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
+      if (rop == ReduceOp::Avg && !is_floating(dtype)) continue;
+      for (std::uint64_t count : counts)
+        for (bool in_place : {false, true})
+          for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::Reduce}) cases.push_back({o, dtype, rop, count, in_place});
+    }
+    for (std::uint64_t count : counts)
+      for (bool in_place : {false, true})
+        for (Op o : {Op::AllGather, Op::Broadcast}) cases.push_back({o, dtype, ReduceOp::Sum, count, in_place});
+  }
+  // In parts: the splittable collectives, large enough for three.
+  for (bool in_place : {false, true}) {
+    cases.push_back({Op::AllReduce, DataType::Float32, ReduceOp::Avg, kPartedCount, in_place});
+    cases.push_back({Op::AllReduce, DataType::Int64, ReduceOp::Max, kPartedCount / 2, in_place});
+    cases.push_back({Op::Reduce, DataType::Float32, ReduceOp::Sum, kPartedCount, in_place});
+    cases.push_back({Op::Broadcast, DataType::Float32, ReduceOp::Sum, kPartedCount, in_place});
+  }
+  return cases;
+}
+
+void sweep(int world, Transport transport) {
+  EmulatedDevice device;
+  CommOptions options;
+  options.device = "cuda";
+  options.transport = transport;
+  options.timeout = 60s;
+  const auto comms = make_comms(world, options);
+  REQUIRE(comms[0]->device() == "emulated device (host memory)");
+  const std::vector<Case> cases = cases_for(world);
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  run_ranks(world, [&](int r) {
+    EmulatedStream stream;
+    for (const Case& c : cases) {
+      const std::string wrong = run_on_device(*comms[r], stream, c.op, c.dtype, c.rop, c.count, c.in_place);
+      if (wrong.empty()) continue;
+      std::ostringstream msg;
+      msg << "op " << static_cast<int>(c.op) << " " << name(c.dtype) << " " << name(c.rop) << " count " << c.count
+          << (c.in_place ? " in place" : "") << ", rank " << r << ": " << wrong;
+      std::lock_guard lock(mutex);
+      failures.push_back(msg.str());
+    }
+  });
+  if (!failures.empty()) FAIL(failures.size() << " failures; the first: " << failures.front());
+}
+
+Error error_of(const Work& w) {
+  try {
+    w.wait();
+  } catch (const Error& e) {
+    return e;
+  }
+  return Error(ErrorCode::Internal, "no error");
+}
+
+}  // namespace
+
+TEST_CASE("staged device collectives match the serial reference, whole and in parts", "[comm][staged]") {
+  const int world = GENERATE(1, 2, 3, 4);
+  const Transport transport = GENERATE(Transport::Shm, Transport::Tcp);
+  if (world > 2 && transport == Transport::Tcp) return;  // the transport is not what this pins down
+  INFO("world " << world << (transport == Transport::Tcp ? " over TCP" : " over shared memory"));
+  sweep(world, transport);
+}
+
+TEST_CASE("staged device calls in flight together finish in call order with their own results", "[comm][staged]") {
+  EmulatedDevice device;
+  CommOptions options;
+  options.device = "cuda";
+  options.timeout = 60s;
+  const int world = 3;
+  const auto comms = make_comms(world, options);
+  const std::uint64_t counts[] = {kPartedCount, 7, kPartedCount / 3, 0, 100000, kPartedCount};
+  run_ranks(world, [&](int r) {
+    EmulatedStream stream;
+    std::vector<std::vector<float>> buffers;
+    std::vector<Work> works;
+    for (std::size_t k = 0; k < std::size(counts); ++k)
+      buffers.emplace_back(counts[k], static_cast<float>(r + 1) * static_cast<float>(k + 1));
+    for (std::size_t k = 0; k < std::size(counts); ++k)
+      works.push_back(comms[r]->all_reduce(buffers[k].data(), buffers[k].data(), counts[k], DataType::Float32,
+                                           ReduceOp::Sum, stream.handle()));
+    // The stream runs on behind the calls: each call's copy back waits for
+    // its own collective, never a later one's.
+    for (Work& w : works) w.wait();
+    REQUIRE(stream.synchronize());
+    for (std::size_t k = 0; k < std::size(counts); ++k) {
+      const float want = 6.0f * static_cast<float>(k + 1);  // (1 + 2 + 3) * (k + 1)
+      INFO("call " << k << " of " << counts[k] << " floats");
+      CHECK(std::count(buffers[k].begin(), buffers[k].end(), want) == static_cast<std::ptrdiff_t>(counts[k]));
+    }
+  });
+}
+
+TEST_CASE("staged device send and recv arrive on the receiver's stream", "[comm][staged]") {
+  EmulatedDevice device;
+  CommOptions options;
+  options.device = "cuda";
+  options.timeout = 60s;
+  const auto comms = make_comms(2, options);
+  run_ranks(2, [&](int r) {
+    EmulatedStream stream;
+    std::vector<std::int32_t> buffer(kPartedCount / 4, r == 0 ? 42 : 0);
+    Work w = r == 0 ? comms[0]->send(buffer.data(), buffer.size(), DataType::Int32, 1, stream.handle())
+                    : comms[1]->recv(buffer.data(), buffer.size(), DataType::Int32, 0, stream.handle());
+    w.wait();
+    REQUIRE(stream.synchronize());
+    CHECK(std::count(buffer.begin(), buffer.end(), 42) == static_cast<std::ptrdiff_t>(buffer.size()));
+  });
+}
+
+TEST_CASE("a staged device call whose peer never comes times out, and its stream goes on", "[comm][staged][faults]") {
+  EmulatedDevice device;
+  CommOptions options;
+  options.device = "cuda";
+  options.timeout = 500ms;
+  const auto comms = make_comms(2, options);
+  EmulatedStream stream;
+  std::vector<float> buffer(kPartedCount, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  Work w = comms[0]->all_reduce(buffer.data(), buffer.data(), buffer.size(), DataType::Float32, ReduceOp::Sum,
+                                stream.handle());
+  const Error e = error_of(w);
+  CHECK(e.code() == ErrorCode::Timeout);
+  CHECK(std::string(e.what()).find("part 1 of 3 of a staged device call") != std::string::npos);
+  // The stream is not held by the failed call: what follows it runs.
+  CHECK(stream.synchronize(10s));
+  CHECK(std::chrono::steady_clock::now() - start < 20s);
+}
+
+TEST_CASE("a staged device call whose stream never delivers its input times out", "[comm][staged][faults]") {
+  EmulatedDevice device;
+  CommOptions options;
+  options.device = "cuda";
+  options.timeout = 300ms;
+  const auto comms = make_comms(2, options);
+  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+  run_ranks(2, [&](int r) {
+    EmulatedStream stream;
+    // Rank 0's stream is busy with something else for 1.5 s. Its Work
+    // ends only once the stream has passed the call (the call's copies
+    // are done with the buffers then), but with the Timeout from 300 ms.
+    if (r == 0) stream.push([] { std::this_thread::sleep_for(1500ms); });
+    float x = 1.0f;
+    errors[r] = error_of(comms[r]->all_reduce(&x, &x, 1, DataType::Float32, ReduceOp::Sum, stream.handle()));
+    CHECK(stream.synchronize(10s));
+  });
+  CHECK(errors[0].code() == ErrorCode::Timeout);
+  CHECK(std::string(errors[0].what()).find("did not deliver its input") != std::string::npos);
+  CHECK(errors[1].code() != ErrorCode::Internal);  // it failed too, for its own reason
+}
+
+TEST_CASE("the DDP Reducer averages device gradients on the caller's stream", "[comm][staged][ddp]") {
+  EmulatedDevice device;
+  CommOptions comm_options;
+  comm_options.device = "cuda";
+  comm_options.timeout = 60s;
+  const int world = 3;
+  const auto comms = make_comms(world, comm_options);
+  // Views back to back; the last one is large enough to be staged in parts.
+  std::vector<Parameter> views;
+  std::size_t bytes = 0;
+  for (std::size_t count : {1000u, 3u, 70000u, 17u, 2500000u}) {
+    Parameter p;
+    p.name = "p" + std::to_string(views.size());
+    p.offset = bytes;
+    p.count = count;
+    views.push_back(p);
+    bytes += p.bytes();
+  }
+  run_ranks(world, [&](int r) {
+    EmulatedStream stream;
+    std::vector<float> params(bytes / 4, static_cast<float>(10 * (r + 1)));
+    std::vector<float> grads(bytes / 4);
+    ReducerOptions options;
+    options.stream = stream.handle();
+    Reducer reducer(comms[r], params.data(), grads.data(), bytes, views, options);  // broadcasts rank 0's parameters
+    for (int step = 0; step < 2; ++step) {
+      // Backward on the stream: gradient i of rank r is (r + 1) * (i % 7 + step).
+      stream.push([&, step] {
+        for (std::size_t i = 0; i < grads.size(); ++i)
+          grads[i] = static_cast<float>(r + 1) * static_cast<float>(i % 7 + step);
+      });
+      for (std::size_t p = views.size(); p-- > 0;) reducer.mark_ready(p);
+      reducer.finalize();
+      REQUIRE(stream.synchronize());
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < grads.size(); ++i)
+        wrong += grads[i] != 2.0f * static_cast<float>(i % 7 + step);  // mean of 1, 2, 3 times it
+      INFO("rank " << r << ", step " << step);
+      CHECK(wrong == 0);
+    }
+    CHECK(std::count(params.begin(), params.end(), 10.0f) == static_cast<std::ptrdiff_t>(params.size()));
+  });
+}
