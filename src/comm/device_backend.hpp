@@ -86,7 +86,7 @@ class DeviceBackend {
 std::unique_ptr<DeviceBackend> make_device_backend(const std::string& device, int index, int local_rank);
 
 // Tests only: while set, make_device_backend() returns what `make` makes
-// for every device but "cpu" (tests/unit/comm/emulated_device.hpp emulates
+// for every device but "cpu" (tests/support/emulated_device.hpp emulates
 // a device on the host, so that the communicator's device paths run on
 // machines without one). Reset with an empty function.
 using DeviceBackendFactory = std::function<std::unique_ptr<DeviceBackend>(int index, int local_rank)>;

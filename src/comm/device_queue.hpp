@@ -4,7 +4,7 @@
 //
 // A queue belongs to one device backend (a CUDA stream of its own in
 // src/cuda/copy_queue.hpp; a host thread in the tests' emulated device,
-// tests/unit/comm/emulated_device.hpp). Everything enqueued runs in order,
+// tests/support/emulated_device.hpp). Everything enqueued runs in order,
 // later, on the device; the methods themselves only enqueue and return,
 // except that the destructor waits for the queue to drain (bounded).
 // One thread enqueues at a time (the communicator's caller, under its

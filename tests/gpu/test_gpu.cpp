@@ -252,13 +252,16 @@ int run_rank(const RankArgs& a) {
 
 // ---- the parent: starts ranks as processes -----------------------------------
 
-std::vector<int> run_ranks(const char* self, int world, const std::string& mode, bool ipc) {
+// `stream_wait` false: staged calls gate their copies back with host
+// functions rather than cuStreamWaitValue32 (KIZUNA_CUDA_STREAM_WAIT=0).
+std::vector<int> run_ranks(const char* self, int world, const std::string& mode, bool ipc, bool stream_wait = true) {
   TcpStoreServer server(TcpStoreOptions{});
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("KIZUNA_CUDA_IPC", ipc ? "1" : "0", 1);
+      ::setenv("KIZUNA_CUDA_STREAM_WAIT", stream_wait ? "1" : "0", 1);
       const std::string rs = std::to_string(r), ws = std::to_string(world), ps = std::to_string(server.port());
       ::execl(self, self, "--rank", rs.c_str(), "--world", ws.c_str(), "--port", ps.c_str(), "--mode", mode.c_str(),
               static_cast<char*>(nullptr));
@@ -293,9 +296,9 @@ int main(int argc, char** argv) {
     else if (arg == "--world" && i + 1 < argc) a.world = std::atoi(argv[++i]);
     else if (arg == "--port" && i + 1 < argc) a.port = std::atoi(argv[++i]);
     else if (arg == "--mode" && i + 1 < argc) a.mode = argv[++i];
+  }
   const char* ipc = std::getenv("KIZUNA_CUDA_IPC");
   a.ipc = ipc == nullptr || std::string(ipc) != "0";
-  }
   if (a.rank >= 0) {
     try {
       return run_rank(a);
@@ -343,6 +346,16 @@ int main(int argc, char** argv) {
                  codes[r], ipc ? "PeerLost (3) or Timeout (6)" : "PeerLost (3)");
     GPU_EXPECT(took < 60, "%s kill test: the survivors took %.0f s", path, took);
     std::printf("a rank killed mid-collective, %s: survivors error out in %.1f s\n", path, took);
+  }
+  // Staged with the other kind of gate: a host function on the copy
+  // queue's stream instead of cuStreamWaitValue32.
+  {
+    const int before = g_failures;
+    const auto codes = run_ranks(argv[0], 2, "check", false, false);
+    for (int r = 0; r < 2; ++r)
+      GPU_EXPECT(codes[r] == 0, "staged (host-function gates) check: rank %d exited %d", r, codes[r]);
+    std::printf("device collectives, staged with host-function gates, 2 ranks: %s\n",
+                g_failures > before ? "FAILED" : "ok");
   }
   // The reduce kernel last: it initialises CUDA in this process.
   check_reduce_kernel();

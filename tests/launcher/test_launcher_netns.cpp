@@ -64,6 +64,20 @@ TEST_CASE("two nodes in two network namespaces run the all-reduce check together
   CHECK(contains(r1.output, "[3] rank 3 of 4: ok"));
 }
 
+TEST_CASE("two nodes run staged device collectives, hierarchically, on emulated devices", "[launcher][netns]") {
+  NamespacePair hosts(skip);
+  Job node0(hosts.in(0, node_args(0, "2", {kWorker, "staged"})), {}, kLauncherVariables);
+  Job node1(hosts.in(1, node_args(1, "2", {kWorker, "staged"})), {}, kLauncherVariables);
+  const JobResult r0 = node0.wait(170s);
+  const JobResult r1 = node1.wait(30s);
+  INFO("node 0:\n" << r0.output << "\nnode 1:\n" << r1.output);
+  CHECK(r0.ok());
+  CHECK(r1.ok());
+  for (int r = 0; r < 4; ++r)
+    CHECK(contains(r < 2 ? r0.output : r1.output,
+                   "rank " + std::to_string(r) + " of 4 staged on emulated device (host memory): ok"));
+}
+
 TEST_CASE("nodes that disagree on --nproc-per-node stop before any worker starts", "[launcher][netns]") {
   NamespacePair hosts(skip);
   TempDir dir;

@@ -62,6 +62,17 @@ TEST_CASE("processes run every collective correctly", "[multiproc]") {
   for (const auto& r : results) CHECK(r.ok());
 }
 
+TEST_CASE("processes run staged device collectives on an emulated device", "[multiproc]") {
+  ProcessGroup group;
+  launch(group, 3, {kWorker, "staged"});
+  const auto results = group.wait(240s);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    CHECK(r.ok());
+    CHECK(r.output.find("staged on emulated device (host memory): ok") != std::string::npos);
+  }
+}
+
 TEST_CASE("a C program runs across 4 processes through kizuna.h", "[multiproc]") {
   ProcessGroup group;
   launch(group, 4, {kCWorker});

@@ -15,9 +15,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "collective_reference.hpp"
+#include "emulated_device.hpp"
 
 using namespace kizuna;
 using namespace kizuna::test;
@@ -92,16 +94,66 @@ int split(Communicator& comm) {
   return wrong ? 1 : 0;
 }
 
+// Device collectives staged through host memory, on an emulated device
+// (emulated_device.hpp): in parts, over whatever host path the topology
+// picks (hierarchical across nodes), against the serial reference.
+int staged(Communicator& comm) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  EmulatedStream stream;
+  const DeviceStream s = stream.handle();
+  int wrong = 0;
+  const auto report = [&](const char* what, const std::string& e) {
+    if (e.empty()) return;
+    std::printf("rank %d staged %s: %s\n", r, what, e.c_str());
+    ++wrong;
+  };
+  // 13 MiB of float32 (three parts), and a small call.
+  for (std::uint64_t count : {(13ull << 20) / 4, 1001ull}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      const CollectiveReference ref(DataType::Float32, op);
+      auto buffer = ref.input_buffer(r, count);
+      comm.all_reduce(buffer.data(), buffer.data(), count, DataType::Float32, op, s).wait();
+      report("all_reduce", ref.compare(buffer.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); }));
+    }
+    const CollectiveReference ref(DataType::Float32, ReduceOp::Sum);
+    auto in = ref.input_buffer(r, count);
+    std::vector<unsigned char> out(count * ref.elem());
+    comm.reduce(in.data(), r == 0 ? out.data() : nullptr, count, DataType::Float32, ReduceOp::Sum, 0, s).wait();
+    if (r == 0)
+      report("reduce", ref.compare(out.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); }));
+    comm.broadcast(in.data(), out.data(), count, DataType::Float32, n - 1, s).wait();
+    report("broadcast", ref.compare(out.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.input(n - 1, i, w); }));
+  }
+  const CollectiveReference ref(DataType::Int64, ReduceOp::Max);
+  auto in = ref.input_buffer(r, 777);
+  std::vector<unsigned char> gathered(777 * n * ref.elem());
+  comm.all_gather(in.data(), gathered.data(), 777, DataType::Int64, s).wait();
+  report("all_gather", ref.compare(gathered.data(), 777 * n, [&](std::uint64_t i, unsigned char* w) {
+    ref.input(static_cast<int>(i / 777), i % 777, w);
+  }));
+  if (!stream.synchronize()) report("stream", "did not finish");
+  std::printf("rank %d of %d staged on %s: %s\n", r, n, comm.device().c_str(), wrong ? "WRONG" : "ok");
+  return wrong ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: kizuna-test-worker check|loop|mismatch|split\n");
+    std::fprintf(stderr, "usage: kizuna-test-worker check|loop|mismatch|split|staged\n");
     return 2;
   }
   const std::string scenario = argv[1];
   try {
+    // "staged": the communicator's device is emulated on the host.
+    std::optional<EmulatedDevice> device;
+    if (scenario == "staged") {
+      device.emplace();
+      ::setenv("KIZUNA_DEVICE", "cuda", 1);
+    }
     auto comm = Communicator::from_env();
+    if (scenario == "staged") return staged(*comm);
     if (scenario == "check") return check(*comm);
     if (scenario == "loop") return loop(*comm);
     if (scenario == "mismatch") return mismatch(*comm);

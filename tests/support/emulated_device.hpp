@@ -1,4 +1,4 @@
-// tests/unit/comm/emulated_device.hpp: a device emulated on the host, so
+// tests/support/emulated_device.hpp: a device emulated on the host, so
 // that the communicator's staged device path (comm/staged_call.hpp) runs,
 // and is checked, on machines without a GPU.
 //
