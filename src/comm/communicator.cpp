@@ -154,6 +154,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::mutex direct_mutex;
   std::uint64_t direct_seq = 0;
   std::map<ScheduleKey, std::pair<std::vector<kernels::DeviceStep>, std::uint64_t>> direct_tables;
+  std::mutex stage_mutex;  // held while a staged call is enqueued (see enqueue_device)
   comm::History history;
   comm::LiveProgress live;
   std::uint64_t dump_handle = 0;
@@ -457,6 +458,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       r.cuts.push_back(t.count * elem);
     }
     auto work = std::make_shared<detail::WorkState>();
+    // The device queue's gates open in ticket order, and the worker
+    // releases parts in queue order: a call's tickets and its place in
+    // the queue are taken together.
+    std::lock_guard staging(stage_mutex);
     auto staged = comm::StagedCall::start(device->queue(), r, [work](std::exception_ptr e) { work->finish(std::move(e)); });
     std::vector<std::shared_ptr<Task>> tasks;
     for (std::size_t k = 0; k < parts.size(); ++k) {
