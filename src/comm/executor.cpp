@@ -121,7 +121,7 @@ void Executor::check_peers() {
 
 template <typename Done>
 bool Executor::wait_until(Done&& done, int awaiting) {
-  Clock::time_point spin_until;
+  Clock::time_point spin_until, next_yield;
   if (live_) live_->awaiting.store(awaiting, std::memory_order_relaxed);
   bool announced = false;
   int yields = 0;
@@ -129,6 +129,7 @@ bool Executor::wait_until(Done&& done, int awaiting) {
   // The clock costs tens of nanoseconds here (a virtual machine's): while
   // spinning, look at it only every kClockEvery idle rounds.
   constexpr int kClockEvery = 16;
+  constexpr auto kSpinYieldEvery = std::chrono::microseconds(5);
   int idle = 0;
   for (;;) {
     const bool moved = progress_busy();
@@ -140,7 +141,10 @@ bool Executor::wait_until(Done&& done, int awaiting) {
     }
     if (++idle % kClockEvery != 1 && yields == 0) continue;
     const auto now = Clock::now();
-    if (idle == 1) spin_until = now + spin_;
+    if (idle == 1) {
+      spin_until = now + spin_;
+      next_yield = now + kSpinYieldEvery;
+    }
     if (now >= deadline_) {
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
       if (awaiting >= 0)
@@ -151,7 +155,16 @@ bool Executor::wait_until(Done&& done, int awaiting) {
     }
     // A caller that must not be held (see start()) yields instead of sleeping.
     if (now >= yield_at_) return false;
-    if (now < spin_until) continue;
+    if (now < spin_until) {
+      // A peer that shares this core (the scheduler put both ranks on one
+      // for a while) runs only when this rank lets it: offer the core now
+      // and then, so that each hop costs kSpinYieldEvery, not the whole spin.
+      if (now >= next_yield) {
+        std::this_thread::yield();
+        next_yield = now + kSpinYieldEvery;
+      }
+      continue;
+    }
     if (yields < yields_) {
       ++yields;
       std::this_thread::yield();
