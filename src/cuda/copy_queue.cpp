@@ -146,6 +146,7 @@ CopyQueue::CopyQueue(int device, bool stream_wait) : device_(device), shared_(st
   KIZUNA_CUDA_CHECK(cudaHostAlloc(&word, sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
   shared_->word = static_cast<volatile std::uint32_t*>(word);
   *shared_->word = 0;
+  KIZUNA_CUDA_CHECK(cudaHostGetDevicePointer(&word_device_, word, 0));
   if (stream_wait) {
     cudaDriverEntryPointQueryResult found{};
     void* fn = nullptr;
@@ -219,9 +220,8 @@ std::uint64_t CopyQueue::gate(std::chrono::milliseconds patience) {
   const std::uint64_t ticket = ++next_ticket_;
   auto s = static_cast<cudaStream_t>(stream_);
   if (wait_value_) {
-    // The word's device address is its host address (unified addressing).
     const CUresult r = reinterpret_cast<WaitValue32>(wait_value_)(
-        reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(shared_->word),
+        reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(word_device_),
         static_cast<cuuint32_t>(ticket), CU_STREAM_WAIT_VALUE_GEQ);
     KIZUNA_CHECK(r == CUDA_SUCCESS, "cuStreamWaitValue32 failed with CUresult ", static_cast<int>(r),
                  " (KIZUNA_CUDA_STREAM_WAIT=0 uses a host function instead)");

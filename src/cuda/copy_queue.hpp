@@ -65,6 +65,7 @@ class CopyQueue {
   int device_;
   void* stream_ = nullptr;  // cudaStream_t
   void* wait_value_ = nullptr;  // the driver's cuStreamWaitValue32, or null
+  void* word_device_ = nullptr;  // the gate word's device address
   std::uint64_t next_ticket_ = 0;
   std::shared_ptr<Shared> shared_;
 };

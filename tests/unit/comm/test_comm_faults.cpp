@@ -7,34 +7,13 @@
 
 #include <kizuna/config.hpp>
 
+#include "error_of.hpp"
 #include "run_ranks.hpp"
 
 using namespace kizuna;
 using namespace kizuna::test;
 using namespace std::chrono_literals;
 
-namespace {
-
-Error error_of(const Work& w) {
-  try {
-    w.wait();
-  } catch (const Error& e) {
-    return e;
-  }
-  return Error(ErrorCode::Internal, "no error");
-}
-
-template <typename Fn>
-Error error_of_call(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  return Error(ErrorCode::Internal, "no error");
-}
-
-}  // namespace
 
 TEST_CASE("invalid arguments are InvalidArgument before anything is sent", "[faults]") {
   const auto comms = make_comms(2);

@@ -16,6 +16,7 @@
 
 #include "collective_reference.hpp"
 #include "emulated_device.hpp"
+#include "error_of.hpp"
 #include "run_ranks.hpp"
 
 using namespace kizuna;
@@ -115,12 +116,19 @@ std::vector<Case> cases_for(int world) {
   return cases;
 }
 
-void sweep(int world, Transport transport) {
-  EmulatedDevice device;
+// Options for communicators on the emulated device (an EmulatedDevice
+// must live while they are created).
+CommOptions on_device(std::chrono::milliseconds timeout) {
   CommOptions options;
   options.device = "cuda";
+  options.timeout = timeout;
+  return options;
+}
+
+void sweep(int world, Transport transport) {
+  EmulatedDevice device;
+  CommOptions options = on_device(60s);
   options.transport = transport;
-  options.timeout = 60s;
   const auto comms = make_comms(world, options);
   REQUIRE(comms[0]->device() == "emulated device (host memory)");
   const std::vector<Case> cases = cases_for(world);
@@ -141,15 +149,6 @@ void sweep(int world, Transport transport) {
   if (!failures.empty()) FAIL(failures.size() << " failures; the first: " << failures.front());
 }
 
-Error error_of(const Work& w) {
-  try {
-    w.wait();
-  } catch (const Error& e) {
-    return e;
-  }
-  return Error(ErrorCode::Internal, "no error");
-}
-
 }  // namespace
 
 TEST_CASE("staged device collectives match the serial reference, whole and in parts", "[comm][staged]") {
@@ -162,9 +161,7 @@ TEST_CASE("staged device collectives match the serial reference, whole and in pa
 
 TEST_CASE("staged device calls in flight together finish in call order with their own results", "[comm][staged]") {
   EmulatedDevice device;
-  CommOptions options;
-  options.device = "cuda";
-  options.timeout = 60s;
+  const CommOptions options = on_device(60s);
   const int world = 3;
   const auto comms = make_comms(world, options);
   const std::uint64_t counts[] = {kPartedCount, 7, kPartedCount / 3, 0, 100000, kPartedCount};
@@ -198,9 +195,7 @@ TEST_CASE("staged device calls in flight together finish in call order with thei
 
 TEST_CASE("staged device send and recv arrive on the receiver's stream", "[comm][staged]") {
   EmulatedDevice device;
-  CommOptions options;
-  options.device = "cuda";
-  options.timeout = 60s;
+  const CommOptions options = on_device(60s);
   const auto comms = make_comms(2, options);
   std::vector<std::ptrdiff_t> right(2, -1);
   const std::size_t count = kPartedCount / 4;
@@ -218,9 +213,7 @@ TEST_CASE("staged device send and recv arrive on the receiver's stream", "[comm]
 
 TEST_CASE("a staged device call whose peer never comes times out, and its stream goes on", "[comm][staged][faults]") {
   EmulatedDevice device;
-  CommOptions options;
-  options.device = "cuda";
-  options.timeout = 500ms;
+  const CommOptions options = on_device(500ms);
   const auto comms = make_comms(2, options);
   EmulatedStream stream;
   std::vector<float> buffer(kPartedCount, 1.0f);
@@ -237,9 +230,7 @@ TEST_CASE("a staged device call whose peer never comes times out, and its stream
 
 TEST_CASE("a staged device call whose stream never delivers its input times out", "[comm][staged][faults]") {
   EmulatedDevice device;
-  CommOptions options;
-  options.device = "cuda";
-  options.timeout = 300ms;
+  const CommOptions options = on_device(300ms);
   const auto comms = make_comms(2, options);
   std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
   std::vector<char> drained(2, 0);  // not vector<bool>: ranks write their own element at once
@@ -262,11 +253,8 @@ TEST_CASE("a staged device call whose stream never delivers its input times out"
 
 TEST_CASE("the DDP Reducer averages device gradients on the caller's stream", "[comm][staged][ddp]") {
   EmulatedDevice device;
-  CommOptions comm_options;
-  comm_options.device = "cuda";
-  comm_options.timeout = 60s;
   const int world = 3;
-  const auto comms = make_comms(world, comm_options);
+  const auto comms = make_comms(world, on_device(60s));
   // Views back to back; the last one is large enough to be staged in parts.
   std::vector<Parameter> views;
   std::size_t bytes = 0;
