@@ -187,6 +187,14 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
         continue;
       }
       S* dst = address(b, s.dst, s.dst_offset);
+      // A copy onto itself (in place: an all-gather's own block, a
+      // reduce-scatter's) moves nothing; waiting for the sends that read
+      // it would wait for the peers' receives that come after it.
+      if (s.op == DeviceOp::Copy && address(b, s.src, s.src_offset) == dst) {
+        ++st.step;
+        moved = true;
+        continue;
+      }
       if (region_busy(p, st, dst, s.count)) break;
       if (s.op == DeviceOp::Copy || s.op == DeviceOp::LocalReduce) {
         st.action = Action::Local;

@@ -8,8 +8,12 @@
 // EmulatedDevice installs a backend that uses it for every communicator
 // asking for a device while it lives (set_device_backend_for_tests), so a
 // test passes `stream.handle()` where a program would pass a cudaStream_t.
+// With `direct`, the backend also emulates the GPU-to-GPU path (see
+// EmulatedJoin).
 #pragma once
 
+#include <kizuna/error.hpp>
+#include <kizuna/store.hpp>
 #include <kizuna/types.hpp>
 
 #include <atomic>
@@ -17,13 +21,20 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/device_backend.hpp"
 #include "comm/device_queue.hpp"
+#include "core/reduce.hpp"
+#include "host_sync.hpp"
+#include "kernels/fifo_program.cuh"
+#include "kernels/reduce.cuh"
 
 namespace kizuna::test {
 
@@ -133,20 +144,151 @@ class EmulatedQueue final : public comm::DeviceQueue {
   EmulatedStream stream_;  // last: its thread stops before the rest goes
 };
 
-class EmulatedBackend final : public comm::DeviceBackend {
+// The direct path emulated: the ranks' "GPUs" are threads of one process,
+// joined through the store as CUDA IPC joins them (each rank's inbound
+// FIFO channels in its own memory, their address exchanged), and a call
+// runs kernels/fifo_program.cuh's walk, the kernel's code, one thread per
+// part, on the caller's stream. Float32, BFloat16 and Int64; every op.
+class EmulatedJoin {
  public:
-  std::string describe() const override { return "emulated device (host memory)"; }
-  comm::DeviceQueue& queue() override { return queue_; }
+  static constexpr std::uint32_t kBlocks = 4, kSlots = 2, kSlotBytes = 4096;
+
+  EmulatedJoin(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout)
+      : rank_(rank), world_(world), data_(std::size_t(kBlocks) * world * kSlots * kSlotBytes, 0),
+        ready_(std::size_t(kBlocks) * world * kSlots, 0), tails_(std::size_t(kBlocks) * world, 0),
+        counters_(kBlocks), in_(kBlocks, std::vector<kernels::FifoChannel>(world)),
+        out_(kBlocks, std::vector<kernels::FifoChannel>(world)) {
+    for (auto& c : counters_) std::memset(&c, 0, sizeof c);
+    const EmulatedJoin* self = this;
+    store.set(prefix + "/" + std::to_string(rank),
+              std::vector<std::uint8_t>(reinterpret_cast<const std::uint8_t*>(&self),
+                                        reinterpret_cast<const std::uint8_t*>(&self) + sizeof self));
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r) keys.push_back(prefix + "/" + std::to_string(r));
+    const std::vector<std::vector<std::uint8_t>> all = store.multi_get(keys, timeout);
+    for (std::uint32_t b = 0; b < kBlocks; ++b)
+      for (int p = 0; p < world; ++p) {
+        EmulatedJoin* peer = nullptr;
+        std::memcpy(&peer, all[p].data(), sizeof peer);
+        in_[b][p] = channel(b * world + p);
+        out_[b][p] = peer->channel(b * world + rank);
+      }
+  }
+
+  // Runs `c` on this thread, its parts at once; nullptr or the error.
+  std::exception_ptr run(const comm::DirectCall& c, const std::vector<std::vector<kernels::DeviceStep>>& tables,
+                         const std::atomic<bool>& abort) {
+    const auto deadline = std::chrono::steady_clock::now() + c.timeout;
+    std::vector<kernels::FifoStatus> status(c.parts.size(), kernels::FifoStatus::Running);
+    std::vector<std::thread> blocks;
+    for (std::size_t i = 0; i < c.parts.size(); ++i)
+      blocks.emplace_back([&, i] {
+        with_codec(c.dtype, c.op, [&]<typename Codec, typename Op>() {
+          using S = typename Codec::Storage;
+          const comm::DirectPart& part = c.parts[i];
+          std::vector<kernels::FifoSend> pending(tables[i].size() + 1);
+          std::vector<unsigned char> scratch(part.scratch_bytes + 16);
+          kernels::FifoProgram prog;
+          prog.steps = tables[i].data();
+          prog.step_count = static_cast<std::uint32_t>(tables[i].size());
+          prog.rank = rank_;
+          prog.world = world_;
+          prog.slots = kSlots;
+          prog.slot_bytes = kSlotBytes;
+          prog.in = in_[i].data();
+          prog.out = out_[i].data();
+          prog.counters = &counters_[i];
+          prog.pending = pending.data();
+          const auto* input = static_cast<const unsigned char*>(c.input) + part.offset_bytes;
+          auto* output = static_cast<unsigned char*>(c.output) + part.offset_bytes;
+          kernels::StepBuffers<S> b{{reinterpret_cast<S*>(const_cast<unsigned char*>(input)),
+                                     reinterpret_cast<S*>(output), reinterpret_cast<S*>(scratch.data())}};
+          auto state = std::make_unique<kernels::FifoState<S>>();
+          HostSync sync{deadline, &abort};
+          status[i] = kernels::run_fifo_program<Codec, Op>(prog, b, *state, sync);
+        });
+      });
+    for (auto& t : blocks) t.join();
+    for (kernels::FifoStatus s : status)
+      if (s != kernels::FifoStatus::Done)
+        return std::make_exception_ptr(Error(ErrorCode::Timeout, c.what + ": the emulated device gave up"));
+    if (c.avg_count) core::scale(c.output, c.avg_count, c.dtype, c.avg_divisor);
+    return nullptr;
+  }
 
  private:
+  kernels::FifoChannel channel(std::size_t k) {
+    return {data_.data() + k * kSlots * kSlotBytes, ready_.data() + k * kSlots, tails_.data() + k};
+  }
+
+  template <typename Fn>
+  static void with_codec(DataType t, ReduceOp op, Fn&& fn) {
+    using namespace kernels;
+    switch (t) {
+      case DataType::Float32: return with_op<Plain<float>, Plain<float>>(op, fn);
+      case DataType::BFloat16: return with_op<BFloat, BFloat>(op, fn);
+      case DataType::Int64: return with_op<Plain<std::uint64_t>, Plain<std::int64_t>>(op, fn);
+      default: throw Error(ErrorCode::InvalidArgument, "the emulated device runs float32, bfloat16 and int64 only");
+    }
+  }
+  template <typename Arith, typename Order, typename Fn>
+  static void with_op(ReduceOp op, Fn& fn) {
+    using namespace kernels;
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg: return fn.template operator()<Arith, SumOp>();
+      case ReduceOp::Prod: return fn.template operator()<Arith, ProdOp>();
+      case ReduceOp::Min: return fn.template operator()<Order, MinOp>();
+      case ReduceOp::Max: return fn.template operator()<Order, MaxOp>();
+    }
+  }
+
+  int rank_, world_;
+  std::vector<unsigned char> data_;
+  std::vector<std::uint64_t> ready_, tails_;
+  std::vector<kernels::FifoCounters> counters_;
+  std::vector<std::vector<kernels::FifoChannel>> in_, out_;  // [block][peer]
+};
+
+class EmulatedBackend final : public comm::DeviceBackend {
+ public:
+  explicit EmulatedBackend(bool direct) : direct_(direct) {}
+  std::string describe() const override {
+    return join_ ? "emulated device (host memory), direct" : "emulated device (host memory)";
+  }
+  comm::DeviceQueue& queue() override { return queue_; }
+
+  bool connect(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout,
+               std::string* why) override {
+    if (!direct_) return comm::DeviceBackend::connect(store, prefix, rank, world, timeout, why);
+    join_ = std::make_unique<EmulatedJoin>(store, prefix, rank, world, timeout);
+    return true;
+  }
+  // Each call on its stream; the tables are copied now, as launch() copies
+  // them to the device.
+  void launch(const comm::DirectCall& c, std::function<void(std::exception_ptr)> on_done) override {
+    std::vector<std::vector<kernels::DeviceStep>> tables;
+    for (const comm::DirectPart& p : c.parts) tables.push_back(*p.table);
+    EmulatedStream::of(c.stream).push([this, c, tables = std::move(tables), on_done = std::move(on_done)] {
+      on_done(join_->run(c, tables, abort_));
+    });
+  }
+  int direct_parts() const override { return join_ ? static_cast<int>(EmulatedJoin::kBlocks) : 1; }
+  void abort() override { abort_ = true; }
+
+ private:
+  bool direct_;
+  std::atomic<bool> abort_{false};
+  std::unique_ptr<EmulatedJoin> join_;
   EmulatedQueue queue_;
 };
 
-// While one lives, communicators created with a device get an emulated one.
+// While one lives, communicators created with a device get an emulated
+// one: staged, or with `direct`, GPU to GPU as emulated above.
 class EmulatedDevice {
  public:
-  EmulatedDevice() {
-    comm::set_device_backend_for_tests([](int, int) { return std::make_unique<EmulatedBackend>(); });
+  explicit EmulatedDevice(bool direct = false) {
+    comm::set_device_backend_for_tests([direct](int, int) { return std::make_unique<EmulatedBackend>(direct); });
   }
   ~EmulatedDevice() { comm::set_device_backend_for_tests({}); }
   EmulatedDevice(const EmulatedDevice&) = delete;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "collective_reference.hpp"
+#include "host_sync.hpp"
 #include "comm/device_parts.hpp"
 #include "comm/device_steps.hpp"
 #include "rank_schedules.hpp"
@@ -25,24 +26,6 @@ using algo::Algorithm;
 using algo::Collective;
 
 namespace {
-
-// One thread per block; flags as std::atomic_ref; gives up at a deadline.
-struct HostSync {
-  std::chrono::steady_clock::time_point deadline;
-  int thread() const { return 0; }
-  int threads() const { return 1; }
-  void barrier() {}
-  std::uint64_t load_acquire(const std::uint64_t* p) const {
-    return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(p)).load(std::memory_order_acquire);
-  }
-  void store_release(std::uint64_t* p, std::uint64_t v) const {
-    std::atomic_ref<std::uint64_t>(*p).store(v, std::memory_order_release);
-  }
-  bool keep_waiting() const {
-    std::this_thread::yield();
-    return std::chrono::steady_clock::now() < deadline;
-  }
-};
 
 // Every rank's channels and counters, as CUDA IPC lays them out: the
 // channel s -> r in r's memory, addressed the same way from both ends here.
@@ -171,6 +154,50 @@ TEST_CASE("the FIFO walk runs every schedule exactly like the simulator", "[fifo
   compare_with_simulator<Plain<float>, SumOp>(DataType::Float32, ReduceOp::Sum);
   compare_with_simulator<Half, MaxOp>(DataType::Float16, ReduceOp::Max);
   compare_with_simulator<Plain<std::uint64_t>, ProdOp>(DataType::Int64, ReduceOp::Prod);
+}
+
+TEST_CASE("in-place all-gather and reduce-scatter run through FIFOs far smaller than a rank's share",
+          "[fifo_program]") {
+  // In place, an all-gather's input is the rank's own block of the output
+  // (a reduce-scatter's output its own block of the input): the schedule's
+  // copy of that block onto itself must not wait for the sends that read
+  // it, which only the peers' later receives can finish.
+  using namespace kizuna::kernels;
+  const CollectiveReference ref(DataType::Float32, ReduceOp::Sum);
+  const std::size_t e = ref.elem();
+  for (int world = 2; world <= 5; ++world) {
+    World w(world, 1, 16);
+    for (Collective c : {Collective::AllGather, Collective::ReduceScatter}) {
+      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot}) {
+        const std::uint64_t count = 37;
+        CAPTURE(world, algo::name(c), algo::name(a));
+        const auto schedules = schedules_for(c, a, world, count, e);
+        Simulated s = simulate_ranks(ref, schedules, DataType::Float32, ReduceOp::Sum);
+        // One buffer per rank, of the larger side, holding both.
+        std::vector<std::vector<unsigned char>> buffer(world);
+        std::vector<unsigned char*> in(world), out(world);
+        for (int r = 0; r < world; ++r) {
+          const std::size_t own = static_cast<std::size_t>(r) * count * e;
+          if (c == Collective::AllGather) {
+            buffer[r].assign(count * world * e, 0);
+            std::memcpy(buffer[r].data() + own, s.in[r].data(), count * e);
+            in[r] = buffer[r].data() + own;
+            out[r] = buffer[r].data();
+          } else {
+            buffer[r] = s.in[r];
+            in[r] = buffer[r].data();
+            out[r] = buffer[r].data() + own;
+          }
+        }
+        const auto status = run_world_at<Plain<float>, SumOp>(w, schedules, in, out, std::chrono::seconds(5));
+        for (int r = 0; r < world; ++r) {
+          CAPTURE(r);
+          REQUIRE(status[r] == FifoStatus::Done);
+          REQUIRE(std::memcmp(out[r], s.sim_out[r].data(), s.sim_out[r].size()) == 0);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_program]") {

@@ -1,4 +1,5 @@
-// The staged device path on an emulated device (emulated_device.hpp):
+// The device paths on an emulated device (emulated_device.hpp), staged
+// and direct (GPU to GPU, emulated):
 // every collective on "device" buffers, whole and in parts, against the
 // serial reference; the caller's stream ordering input before the call and
 // the result before what follows; several calls in flight; and the ways it
@@ -125,12 +126,14 @@ CommOptions on_device(std::chrono::milliseconds timeout) {
   return options;
 }
 
-void sweep(int world, Transport transport) {
-  EmulatedDevice device;
+// `direct`: GPU to GPU (emulated); else staged through the host.
+void sweep(int world, Transport transport, bool direct = false) {
+  EmulatedDevice device(direct);
   CommOptions options = on_device(60s);
   options.transport = transport;
   const auto comms = make_comms(world, options);
-  REQUIRE(comms[0]->device() == "emulated device (host memory)");
+  REQUIRE(comms[0]->device() ==
+          (direct ? "emulated device (host memory), direct" : "emulated device (host memory)"));
   const std::vector<Case> cases = cases_for(world);
   std::mutex mutex;
   std::vector<std::string> failures;
@@ -157,6 +160,32 @@ TEST_CASE("staged device collectives match the serial reference, whole and in pa
   if (world > 2 && transport == Transport::Tcp) return;  // the transport is not what this pins down
   INFO("world " << world << (transport == Transport::Tcp ? " over TCP" : " over shared memory"));
   sweep(world, transport);
+}
+
+TEST_CASE("direct device collectives (IPC emulated with threads) match the serial reference, in parts too",
+          "[comm][staged][direct]") {
+  // The communicator's GPU-to-GPU path end to end: parts (up to 4 here),
+  // encoded tables, the FIFO walk, Avg's division, on the caller's stream.
+  const int world = GENERATE(1, 2, 3, 4);
+  INFO("world " << world);
+  sweep(world, Transport::Shm, true);
+}
+
+TEST_CASE("a direct device call whose peer never comes times out, and its stream goes on",
+          "[comm][staged][direct][faults]") {
+  EmulatedDevice device(true);
+  const auto comms = make_comms(2, on_device(300ms));
+  EmulatedStream stream;
+  std::vector<float> buffer(kPartedCount, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  const Error e = error_of(comms[0]->all_reduce(buffer.data(), buffer.data(), buffer.size(), DataType::Float32,
+                                                ReduceOp::Sum, stream.handle()));
+  CHECK(e.code() == ErrorCode::Timeout);
+  CHECK(std::string(e.what()).find("on device") != std::string::npos);
+  CHECK(stream.synchronize(10s));
+  CHECK(std::chrono::steady_clock::now() - start < 20s);
+  // The communicator is unusable afterwards, and says so.
+  CHECK(error_of(comms[0]->barrier()).code() == ErrorCode::Aborted);
 }
 
 TEST_CASE("staged device calls in flight together finish in call order with their own results", "[comm][staged]") {

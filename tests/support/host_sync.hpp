@@ -1,0 +1,31 @@
+// tests/support/host_sync.hpp: the Sync policy of kernels/fifo_program.cuh
+// for host threads: one thread per block, flags through std::atomic_ref,
+// and a walk that gives up at its deadline or when `abort` is set.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+namespace kizuna::test {
+
+struct HostSync {
+  std::chrono::steady_clock::time_point deadline;
+  const std::atomic<bool>* abort = nullptr;
+  int thread() const { return 0; }
+  int threads() const { return 1; }
+  void barrier() {}
+  std::uint64_t load_acquire(const std::uint64_t* p) const {
+    return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(p)).load(std::memory_order_acquire);
+  }
+  void store_release(std::uint64_t* p, std::uint64_t v) const {
+    std::atomic_ref<std::uint64_t>(*p).store(v, std::memory_order_release);
+  }
+  bool keep_waiting() const {
+    std::this_thread::yield();
+    return std::chrono::steady_clock::now() < deadline && !(abort && abort->load());
+  }
+};
+
+}  // namespace kizuna::test
