@@ -148,7 +148,7 @@ class EmulatedQueue final : public comm::DeviceQueue {
 // joined through the store as CUDA IPC joins them (each rank's inbound
 // FIFO channels in its own memory, their address exchanged), and a call
 // runs kernels/fifo_program.cuh's walk, the kernel's code, one thread per
-// part, on the caller's stream. Float32, BFloat16 and Int64; every op.
+// part, on the caller's stream. Every type and op.
 class EmulatedJoin {
  public:
   static constexpr std::uint32_t kBlocks = 4, kSlots = 2, kSlotBytes = 4096;
@@ -224,11 +224,18 @@ class EmulatedJoin {
   template <typename Fn>
   static void with_codec(DataType t, ReduceOp op, Fn&& fn) {
     using namespace kernels;
+    // As kernels/fifo_kernel.cu picks them: integers add as unsigned.
     switch (t) {
-      case DataType::Float32: return with_op<Plain<float>, Plain<float>>(op, fn);
-      case DataType::BFloat16: return with_op<BFloat, BFloat>(op, fn);
+      case DataType::Int8: return with_op<Plain<std::uint8_t>, Plain<std::int8_t>>(op, fn);
+      case DataType::UInt8: return with_op<Plain<std::uint8_t>, Plain<std::uint8_t>>(op, fn);
+      case DataType::Int32: return with_op<Plain<std::uint32_t>, Plain<std::int32_t>>(op, fn);
+      case DataType::UInt32: return with_op<Plain<std::uint32_t>, Plain<std::uint32_t>>(op, fn);
       case DataType::Int64: return with_op<Plain<std::uint64_t>, Plain<std::int64_t>>(op, fn);
-      default: throw Error(ErrorCode::InvalidArgument, "the emulated device runs float32, bfloat16 and int64 only");
+      case DataType::UInt64: return with_op<Plain<std::uint64_t>, Plain<std::uint64_t>>(op, fn);
+      case DataType::Float16: return with_op<Half, Half>(op, fn);
+      case DataType::BFloat16: return with_op<BFloat, BFloat>(op, fn);
+      case DataType::Float32: return with_op<Plain<float>, Plain<float>>(op, fn);
+      case DataType::Float64: return with_op<Plain<double>, Plain<double>>(op, fn);
     }
   }
   template <typename Arith, typename Order, typename Fn>

@@ -188,8 +188,31 @@ TEST_CASE("a direct device call whose peer never comes times out, and its stream
   CHECK(error_of(comms[0]->barrier()).code() == ErrorCode::Aborted);
 }
 
-TEST_CASE("staged device calls in flight together finish in call order with their own results", "[comm][staged]") {
-  EmulatedDevice device;
+TEST_CASE("a peer whose communicator goes away mid direct call: PeerLost long before the deadline",
+          "[comm][staged][direct][faults]") {
+  // The kernels see only their deadline; the idle worker's watch on the
+  // links (every 100 ms while device calls are in flight) must notice the
+  // closed connection, fail the communicator and stop the walk.
+  EmulatedDevice device(true);
+  auto comms = make_comms(2, on_device(30s));
+  EmulatedStream stream;
+  std::vector<float> buffer(kPartedCount, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  Work w = comms[0]->all_reduce(buffer.data(), buffer.data(), buffer.size(), DataType::Float32, ReduceOp::Sum,
+                                stream.handle());
+  std::this_thread::sleep_for(200ms);
+  comms[1].reset();  // rank 1 never calls, and goes
+  const Error e = error_of(w);
+  CHECK(e.code() == ErrorCode::PeerLost);
+  CHECK(std::string(e.what()).find("rank 1") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  CHECK(stream.synchronize(10s));
+}
+
+TEST_CASE("device calls in flight together finish in call order with their own results", "[comm][staged]") {
+  const bool direct = GENERATE(false, true);
+  INFO((direct ? "direct" : "staged"));
+  EmulatedDevice device(direct);
   const CommOptions options = on_device(60s);
   const int world = 3;
   const auto comms = make_comms(world, options);
@@ -281,7 +304,9 @@ TEST_CASE("a staged device call whose stream never delivers its input times out"
 }
 
 TEST_CASE("the DDP Reducer averages device gradients on the caller's stream", "[comm][staged][ddp]") {
-  EmulatedDevice device;
+  const bool direct = GENERATE(false, true);
+  INFO((direct ? "direct" : "staged"));
+  EmulatedDevice device(direct);
   const int world = 3;
   const auto comms = make_comms(world, on_device(60s));
   // Views back to back; the last one is large enough to be staged in parts.
