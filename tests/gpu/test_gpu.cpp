@@ -240,6 +240,15 @@ int run_rank(const RankArgs& a) {
         comm->broadcast(din, dout, count, t, 0, ds).wait();
         CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
         expect("broadcast", got, count, [&](std::uint64_t i, unsigned char* w) { ref.input(0, i, w); });
+        // In place: the input is this rank's block of the output (a share
+        // larger than the FIFO once deadlocked the walk).
+        auto* own = static_cast<unsigned char*>(dout) + r * bytes;
+        CUDA_OK(cudaMemcpy(own, in.data(), bytes, cudaMemcpyHostToDevice));
+        comm->all_gather(own, dout, count, t, ds).wait();
+        CUDA_OK(cudaMemcpy(got.data(), dout, bytes * n, cudaMemcpyDeviceToHost));
+        if (count)
+          expect("all_gather in place", got, count * n,
+                 [&](std::uint64_t i, unsigned char* w) { ref.input(static_cast<int>(i / count), i % count, w); });
         cudaFree(din);
         cudaFree(dout);
       }
