@@ -23,6 +23,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -153,27 +154,50 @@ class EmulatedJoin {
  public:
   static constexpr std::uint32_t kBlocks = 4, kSlots = 2, kSlotBytes = 4096;
 
+  // One rank's inbound channels: [block * world + sender]. Peers hold it as
+  // long as they may touch it, as CUDA keeps an IPC allocation alive while
+  // another process has it open.
+  struct Memory {
+    Memory(int world)
+        : data(std::size_t(kBlocks) * world * kSlots * kSlotBytes, 0), ready(std::size_t(kBlocks) * world * kSlots, 0),
+          tails(std::size_t(kBlocks) * world, 0) {}
+    kernels::FifoChannel channel(std::size_t k) {
+      return {data.data() + k * kSlots * kSlotBytes, ready.data() + k * kSlots, tails.data() + k};
+    }
+    std::vector<unsigned char> data;
+    std::vector<std::uint64_t> ready, tails;
+  };
+
   EmulatedJoin(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout)
-      : rank_(rank), world_(world), data_(std::size_t(kBlocks) * world * kSlots * kSlotBytes, 0),
-        ready_(std::size_t(kBlocks) * world * kSlots, 0), tails_(std::size_t(kBlocks) * world, 0),
-        counters_(kBlocks), in_(kBlocks, std::vector<kernels::FifoChannel>(world)),
-        out_(kBlocks, std::vector<kernels::FifoChannel>(world)) {
+      : rank_(rank), world_(world), key_(prefix + "/" + std::to_string(rank)), counters_(kBlocks),
+        in_(kBlocks, std::vector<kernels::FifoChannel>(world)), out_(kBlocks, std::vector<kernels::FifoChannel>(world)) {
     for (auto& c : counters_) std::memset(&c, 0, sizeof c);
-    const EmulatedJoin* self = this;
-    store.set(prefix + "/" + std::to_string(rank),
-              std::vector<std::uint8_t>(reinterpret_cast<const std::uint8_t*>(&self),
-                                        reinterpret_cast<const std::uint8_t*>(&self) + sizeof self));
+    // The "handle" is this process's registry key, published once the
+    // memory is registered; reading every rank's key is the join.
+    {
+      std::lock_guard lock(registry_mutex());
+      registry()[key_] = std::make_shared<Memory>(world);
+    }
+    store.set(key_, std::vector<std::uint8_t>{1});
     std::vector<std::string> keys;
     for (int r = 0; r < world; ++r) keys.push_back(prefix + "/" + std::to_string(r));
-    const std::vector<std::vector<std::uint8_t>> all = store.multi_get(keys, timeout);
+    store.multi_get(keys, timeout);
+    {
+      std::lock_guard lock(registry_mutex());
+      for (const std::string& k : keys) memory_.push_back(registry().at(k));
+    }
     for (std::uint32_t b = 0; b < kBlocks; ++b)
       for (int p = 0; p < world; ++p) {
-        EmulatedJoin* peer = nullptr;
-        std::memcpy(&peer, all[p].data(), sizeof peer);
-        in_[b][p] = channel(b * world + p);
-        out_[b][p] = peer->channel(b * world + rank);
+        in_[b][p] = memory_[rank]->channel(b * world + p);
+        out_[b][p] = memory_[p]->channel(b * world + rank);
       }
   }
+  ~EmulatedJoin() {
+    std::lock_guard lock(registry_mutex());
+    registry().erase(key_);
+  }
+  EmulatedJoin(const EmulatedJoin&) = delete;
+  EmulatedJoin& operator=(const EmulatedJoin&) = delete;
 
   // Runs `c` on this thread, its parts at once; nullptr or the error.
   std::exception_ptr run(const comm::DirectCall& c, const std::vector<std::vector<kernels::DeviceStep>>& tables,
@@ -217,8 +241,13 @@ class EmulatedJoin {
   }
 
  private:
-  kernels::FifoChannel channel(std::size_t k) {
-    return {data_.data() + k * kSlots * kSlotBytes, ready_.data() + k * kSlots, tails_.data() + k};
+  static std::mutex& registry_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<std::string, std::shared_ptr<Memory>>& registry() {
+    static std::map<std::string, std::shared_ptr<Memory>> r;
+    return r;
   }
 
   template <typename Fn>
@@ -251,8 +280,8 @@ class EmulatedJoin {
   }
 
   int rank_, world_;
-  std::vector<unsigned char> data_;
-  std::vector<std::uint64_t> ready_, tails_;
+  std::string key_;
+  std::vector<std::shared_ptr<Memory>> memory_;  // every rank's, this one's included
   std::vector<kernels::FifoCounters> counters_;
   std::vector<std::vector<kernels::FifoChannel>> in_, out_;  // [block][peer]
 };
