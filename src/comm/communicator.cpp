@@ -497,17 +497,34 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       task->work = work;
       tasks.push_back(std::move(task));
     }
+    try {
+      push_queued(tasks);
+    } catch (const Error&) {
+      for (std::size_t k = 0; k < parts.size(); ++k) staged->release(k, std::current_exception());
+      throw;
+    }
+    return Work(work);
+  }
+
+  Work enqueue(Task t) {
+    if (std::optional<Work> done = try_direct(t)) return *std::move(done);
+    auto task = std::make_shared<Task>(std::move(t));
+    task->work = std::make_shared<detail::WorkState>();
+    push_queued({task});
+    return Work(task->work);
+  }
+
+  // Queues `tasks` in order, each collective with the next sequence number
+  // (point-to-point calls take none), and wakes the worker if it must be.
+  // Throws InvalidArgument, queuing nothing, while the communicator is
+  // being destroyed.
+  void push_queued(const std::vector<std::shared_ptr<Task>>& tasks) {
     bool wake = false;
     {
       std::lock_guard lock(queue_mutex);
-      if (stopping) {
-        const auto error = std::make_exception_ptr(
-            Error(ErrorCode::InvalidArgument, "communicator " + name + " is being destroyed"));
-        for (std::size_t k = 0; k < parts.size(); ++k) staged->release(k, error);
-        std::rethrow_exception(error);
-      }
+      KIZUNA_CHECK_ARG(!stopping, "communicator ", name, " is being destroyed");
       for (const auto& task : tasks) {
-        task->seq = next_seq++;
+        if (task->kind == Task::Kind::Collective) task->seq = next_seq++;
         record_queued(*task);
         make_work(task);
         queue.push_back(task);
@@ -516,26 +533,6 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       wake = !callers_wait || worker_asleep;
     }
     if (wake) queue_cv.notify_one();
-    return Work(work);
-  }
-
-  Work enqueue(Task t) {
-    if (std::optional<Work> done = try_direct(t)) return *std::move(done);
-    auto task = std::make_shared<Task>(std::move(t));
-    task->work = std::make_shared<detail::WorkState>();
-    bool wake = false;
-    {
-      std::lock_guard lock(queue_mutex);
-      KIZUNA_CHECK_ARG(!stopping, "communicator ", name, " is being destroyed");
-      if (task->kind == Task::Kind::Collective) task->seq = next_seq++;
-      record_queued(*task);
-      make_work(task);
-      queue.push_back(task);
-      last_enqueue = task->queued_at;
-      wake = !callers_wait || worker_asleep;
-    }
-    if (wake) queue_cv.notify_one();
-    return Work(task->work);
   }
 
   comm::RunLabel label(const Task& t, algo::Algorithm a) const {

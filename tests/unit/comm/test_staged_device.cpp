@@ -263,6 +263,25 @@ TEST_CASE("staged device send and recv arrive on the receiver's stream", "[comm]
   CHECK(right[1] == static_cast<std::ptrdiff_t>(count));
 }
 
+TEST_CASE("a staged device send to a host recv leaves both ranks' collectives in step", "[comm][staged]") {
+  // Point-to-point calls take no collective sequence number, staged or not:
+  // a collective after them must carry the same one on both ranks.
+  EmulatedDevice device;
+  const auto comms = make_comms(2, on_device(10s));
+  std::vector<float> sum(2);
+  run_ranks(2, [&](int r) {
+    EmulatedStream stream;
+    std::vector<std::int32_t> buffer(1000, r == 0 ? 7 : 0);
+    if (r == 0) comms[0]->send(buffer.data(), buffer.size(), DataType::Int32, 1, stream.handle()).wait();
+    else comms[1]->recv(buffer.data(), buffer.size(), DataType::Int32, 0).wait();
+    float x = static_cast<float>(r + 1);
+    comms[r]->all_reduce(&x, 1, DataType::Float32, ReduceOp::Sum).wait();
+    sum[r] = x;
+  });
+  CHECK(sum[0] == 3.0f);
+  CHECK(sum[1] == 3.0f);
+}
+
 TEST_CASE("a staged device call whose peer never comes times out, and its stream goes on", "[comm][staged][faults]") {
   EmulatedDevice device;
   const CommOptions options = on_device(500ms);
