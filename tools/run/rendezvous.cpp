@@ -152,11 +152,17 @@ void Rendezvous::agree() {
     const std::string config0 = key("config/0");
     poll_until([&] { return client_->check({config0}); }, deadline, [] { return "node 0's settings"; });
     const std::string theirs = text(client_->get(config0));
-    if (const std::string problem = compare_config(self, mine, 0, theirs); !problem.empty())
+    // Said once this node knows the outcome, so that node 0, on a
+    // disagreement, keeps the store up until every node has read it.
+    const std::string checked = key("checked/" + std::to_string(self));
+    if (const std::string problem = compare_config(self, mine, 0, theirs); !problem.empty()) {
+      client_->set(checked, bytes("1"));
       throw Error(ErrorCode::Mismatch, "nodes disagree: " + problem);
+    }
     poll_until([&] { return client_->check({key("verdict")}); }, deadline,
                [] { return "node 0's check of every node's settings"; });
     const std::string verdict = text(client_->get(key("verdict")));
+    client_->set(checked, bytes("1"));
     if (verdict != "ok") throw Error(ErrorCode::Mismatch, verdict);
     return;
   }
@@ -181,7 +187,12 @@ void Rendezvous::agree() {
   }
   const std::string verdict = problems.empty() ? "ok" : "nodes disagree: " + problems;
   client_->set(key("verdict"), bytes(verdict));
-  if (verdict != "ok") throw Error(ErrorCode::Mismatch, verdict);
+  if (verdict == "ok") return;
+  std::vector<std::string> checked;
+  for (int k = 1; k < options_.nnodes; ++k) checked.push_back(key("checked/" + std::to_string(k)));
+  const auto told = Clock::now() + kLeaveTimeout;
+  while (!client_->check(checked) && Clock::now() < told) idle_(kPollInterval);
+  throw Error(ErrorCode::Mismatch, verdict);
 }
 
 void Rendezvous::report_failure(int round, const std::string& what) {

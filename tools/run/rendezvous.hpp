@@ -12,6 +12,9 @@
 //   kizuna-run/claim/<K>         a counter: node rank K taken twice is an error
 //   kizuna-run/config/<K>        "nnodes=2 nproc-per-node=4 max-restarts=0"
 //   kizuna-run/verdict           node 0's "ok", or what disagrees
+//   kizuna-run/checked/<K>       node K knows the outcome of the agreement
+//                                (node 0 waits for it, at most kLeaveTimeout,
+//                                before it exits on a disagreement)
 //   kizuna-run/round<k>/failed   the first failure of round k (any node)
 //   kizuna-run/round<k>/done/<K> node K's workers of round k all exited 0
 //   kizuna-run/over              a launcher gave up (or was stopped): why
