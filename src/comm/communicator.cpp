@@ -335,9 +335,11 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
   }
 
-  // Records a call being queued, under queue_mutex.
-  void record_queued(Task& t) {
-    t.queued_at = Clock::now();
+  // Records a call being queued, under queue_mutex. A direct call's time
+  // is only a record's, to a few milliseconds (the clock costs a tenth of
+  // a small call here); a queued one's is the worker's inline grace's start.
+  void record_queued(Task& t, bool direct = false) {
+    t.queued_at = direct ? core::coarse_now() : Clock::now();
     const std::string_view kind = t.kind == Task::Kind::Send   ? std::string_view("send to")
                                   : t.kind == Task::Kind::Recv ? std::string_view("recv from")
                                                                : algo::name(t.collective);
@@ -371,11 +373,12 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       std::lock_guard lock(queue_mutex);
       if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
       t.seq = next_seq++;
-      record_queued(t);
+      record_queued(t, true);
       last_enqueue = t.queued_at;
     }
-    if (run_task(t, t.queued_at + kInlineGrace)) return t.work ? Work(t.work) : Work();
+    if (run_task(t, kInlineGrace)) return t.work ? Work(t.work) : Work();
     auto task = std::make_shared<Task>(std::move(t));
+    task->queued_at = Clock::now();  // the worker's grace, and run_inline's, start now
     make_work(task);
     bool wake = false;
     {
@@ -562,8 +565,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   }
 
   // Runs (or resumes) a task and finishes its Work; false, with nothing
-  // finished, when it yielded at `yield_at` part-run (see try_direct).
-  bool run_task(Task& t, Clock::time_point yield_at = Clock::time_point::max()) {
+  // finished, when it yielded part-run after waiting `patience` (see
+  // try_direct).
+  bool run_task(Task& t, Clock::duration patience = comm::Executor::kHoldOn) {
     std::exception_ptr error;
     try {
       if (broken.load()) {
@@ -578,7 +582,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       if (t.staged && !t.staged->wait_input(t.part, Clock::now() + timeout))
         KIZUNA_THROW(ErrorCode::Timeout, "the CUDA stream of ", label(t, algo::Algorithm::Ring).str(),
                      " did not deliver its input within ", timeout.count(), " ms");
-      if (!execute(t, yield_at)) return false;
+      if (!execute(t, patience)) return false;
     } catch (const Error& raw) {
       const Error e = raw.code() == ErrorCode::Timeout && t.kind == Task::Kind::Collective
                           ? explain_timeout(raw, t.seq)
@@ -746,10 +750,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     if (scratch.size() < bytes) scratch.resize(bytes);  // zero-filled: pre-faulted
   }
 
-  // False when the executor yielded at `yield_at` (t.running: resume it).
-  bool execute(Task& t, Clock::time_point yield_at) {
+  // False when the executor yielded after `patience` (t.running: resume it).
+  bool execute(Task& t, Clock::duration patience) {
     if (t.running) {
-      if (!executor->resume(t.label, yield_at)) return false;
+      if (!executor->resume(t.label, patience)) return false;
       finish_collective(t);
       return true;
     }
@@ -773,7 +777,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     ensure_scratch(schedule.scratch_count * elem);
     t.running = true;
     if (!executor->start(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, t.label,
-                         yield_at))
+                         patience))
       return false;
     finish_collective(t);
     return true;

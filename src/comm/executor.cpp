@@ -139,11 +139,14 @@ bool Executor::wait_until(Done&& done, int awaiting) {
       yields = 0;
       continue;
     }
-    if (++idle % kClockEvery != 1 && yields == 0) continue;
+    // A peer that is there answers within these first rounds: most calls
+    // never look at the clock.
+    if (++idle % kClockEvery != 0 && yields == 0) continue;
     const auto now = Clock::now();
-    if (idle == 1) {
+    if (idle == kClockEvery) {
       spin_until = now + spin_;
       next_yield = now + kSpinYieldEvery;
+      if (patience_ != kHoldOn && yield_at_ == Clock::time_point::max()) yield_at_ = now + patience_;
     }
     if (now >= deadline_) {
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
@@ -171,7 +174,7 @@ bool Executor::wait_until(Done&& done, int awaiting) {
       continue;
     }
     // Nothing moves: sleep until a busy link can, or the deadline.
-    if (yield_at_ != Clock::time_point::max()) return false;
+    if (patience_ != kHoldOn) return false;
     if (live_ && !announced) {
       live_->waiting_since_us.store(
           std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
@@ -209,7 +212,7 @@ bool Executor::wait_until(Done&& done, int awaiting) {
 
 bool Executor::start(const algo::RankSchedule& s, const ExecBuffers& b, DataType dtype, ReduceOp op,
                      std::uint64_t seq, Clock::time_point deadline, const RunLabel& label,
-                     Clock::time_point yield_at) {
+                     Clock::duration patience) {
   schedule_ = &s;
   buffers_ = b;
   dtype_ = dtype;
@@ -231,12 +234,13 @@ bool Executor::start(const algo::RankSchedule& s, const ExecBuffers& b, DataType
     live_->steps.store(static_cast<std::uint32_t>(steps_), std::memory_order_relaxed);
     live_->waiting_since_us.store(0, std::memory_order_relaxed);
   }
-  return resume(label, yield_at);
+  return resume(label, patience);
 }
 
-bool Executor::resume(const RunLabel& label, Clock::time_point yield_at) {
+bool Executor::resume(const RunLabel& label, Clock::duration patience) {
   label_ = &label;
-  yield_at_ = yield_at;
+  patience_ = patience;
+  yield_at_ = Clock::time_point::max();
   return advance();
 }
 

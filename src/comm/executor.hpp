@@ -59,19 +59,24 @@ class Executor {
   // links[r] is the link to rank r (nullptr for self and unconnected ranks).
   Executor(std::vector<transport::Link*> links, int rank);
 
+  // How long start() or resume() may wait for peers before it yields;
+  // kHoldOn: until the schedule is done.
+  static constexpr Clock::duration kHoldOn = Clock::duration::max();
+
   void run(const algo::RankSchedule& schedule, const ExecBuffers& buffers, DataType dtype,
            ReduceOp op, std::uint64_t seq, Clock::time_point deadline, const RunLabel& label) {
-    start(schedule, buffers, dtype, op, seq, deadline, label, Clock::time_point::max());
+    start(schedule, buffers, dtype, op, seq, deadline, label, kHoldOn);
   }
 
-  // The same, for a caller that must not be held long: when `yield_at`
-  // passes while it waits for a peer, or it would have to sleep, start()
-  // returns false and leaves the schedule part-run; resume() goes on from
-  // there (with the same schedule object and label contents, which must
-  // stay alive until it returns true). Nothing else may run in between.
+  // The same, for a caller that must not be held long: when it has waited
+  // `patience` for peers (counted from its first look at the clock, which a
+  // call whose peers are there never takes), or it would have to sleep,
+  // start() returns false and leaves the schedule part-run; resume() goes
+  // on from there (with the same schedule object and label contents, which
+  // must stay alive until it returns true). Nothing else may run in between.
   bool start(const algo::RankSchedule& schedule, const ExecBuffers& buffers, DataType dtype, ReduceOp op,
-             std::uint64_t seq, Clock::time_point deadline, const RunLabel& label, Clock::time_point yield_at);
-  bool resume(const RunLabel& label, Clock::time_point yield_at);
+             std::uint64_t seq, Clock::time_point deadline, const RunLabel& label, Clock::duration patience);
+  bool resume(const RunLabel& label, Clock::duration patience);
 
   int failed_peer() const { return failed_peer_; }
   // The collective of the last message received from `peer` (0: none yet).
@@ -144,7 +149,8 @@ class Executor {
   std::uint64_t seq_ = 0;
   bool recv_posted_ = false;  // the receive of step_ is posted
   bool draining_ = false;     // every step has run; only sends are left
-  Clock::time_point yield_at_ = Clock::time_point::max();
+  Clock::duration patience_ = kHoldOn;
+  Clock::time_point yield_at_ = Clock::time_point::max();  // set at the first look at the clock
   const RunLabel* label_ = nullptr;  // for error messages
   std::size_t step_ = 0;
   std::size_t steps_ = 0;

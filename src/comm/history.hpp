@@ -16,6 +16,8 @@
 
 #include <kizuna/types.hpp>
 
+#include "core/spin_lock.hpp"
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -75,7 +77,7 @@ class History {
 
  private:
   Record* find(std::uint64_t id);
-  mutable std::mutex mutex_;
+  mutable core::SpinLock mutex_;  // taken three times by every call: cheap
   std::array<Record, kSize> ring_{};
   std::array<std::uint64_t, kSize> ids_{};
   std::uint64_t next_id_ = 1;

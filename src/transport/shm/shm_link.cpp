@@ -28,6 +28,12 @@ void ring(SegmentHeader* owner) {
   }
 }
 
+// Messages up to this size have their payload prefetched while the
+// receiver waits (2 ranks, 4 B .. 1 KiB, alternated: 64 B 0.75 -> 0.64 us
+// per all-reduce, 256 B 0.81 -> 0.72; beyond it, the receiver's reads
+// contend with the sender's writes: 1 KiB 1.0 -> 1.1 us).
+constexpr std::size_t kPrefetchBytes = 512;
+
 class ShmLink final : public Link {
  public:
   ShmLink(int peer, const Segment& mine, std::uint32_t peer_slot, const Segment& theirs,
@@ -221,7 +227,15 @@ class ShmLink final : public Link {
     for (;;) {
       const unsigned char* slot = in_slots_[in_tail_ % slots];
       auto* h = reinterpret_cast<SlotHeader*>(const_cast<unsigned char*>(slot));
-      if (std::atomic_ref<std::uint32_t>(h->ready).load(std::memory_order_acquire) != in_tail_ + 1) break;
+      if (std::atomic_ref<std::uint32_t>(h->ready).load(std::memory_order_acquire) != in_tail_ + 1) {
+        // A small message's payload lines are asked for while the header
+        // is awaited, so that they travel with it rather than after it.
+        if (!started_ && sink_.bytes > kInlineBytes && sink_.bytes <= kPrefetchBytes) {
+          const std::size_t first = std::min<std::size_t>(sink_.bytes, geometry_.slot_bytes);
+          for (std::size_t at = 0; at < first; at += 64) __builtin_prefetch(slot + sizeof(SlotHeader) + at);
+        }
+        break;
+      }
       if (!started_) {
         if (h->seq != expect_.seq || h->index != expect_.index || h->message_bytes != sink_.bytes)
           KIZUNA_THROW(ErrorCode::Mismatch, "rank ", peer_, " sent message #", h->index,
