@@ -61,7 +61,11 @@ class ShmLink final : public Link {
       std::rethrow_exception(gone_);
     }
     sendq_.push_back({static_cast<const unsigned char*>(data), bytes, tag, 0, false});
-    return ++posted_;
+    ++posted_;
+    // A message that fits one slot goes out now, not at the caller's next
+    // progress(): its receiver is most likely already waiting for it.
+    if (sendq_.size() == 1 && bytes <= peer_geometry_.slot_bytes) progress_send();
+    return posted_;
   }
 
   std::uint64_t sent_count() const override { return sent_; }
