@@ -8,26 +8,13 @@
 #include <sstream>
 #include <thread>
 
-#include "collective_reference.hpp"
+#include "collective_cases.hpp"
 #include "run_ranks.hpp"
 
 using namespace kizuna;
 using namespace kizuna::test;
 
 namespace {
-
-enum class Op { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast };
-
-const char* op_name(Op o) {
-  switch (o) {
-    case Op::AllReduce: return "all_reduce";
-    case Op::ReduceScatter: return "reduce_scatter";
-    case Op::Reduce: return "reduce";
-    case Op::AllGather: return "all_gather";
-    case Op::Broadcast: return "broadcast";
-  }
-  return "?";
-}
 
 // Runs one collective on one rank and returns "" or what was wrong.
 std::string run_one(Communicator& comm, Op o, DataType dtype, ReduceOp rop, std::uint64_t count,
@@ -37,6 +24,7 @@ std::string run_one(Communicator& comm, Op o, DataType dtype, ReduceOp rop, std:
   const int r = comm.rank();
   const int root = n - 1;
   const std::size_t elem = ref.elem();
+  const auto want = [&](std::uint64_t i, unsigned char* w) { expected_output(ref, o, n, r, count, i, w); };
   std::vector<unsigned char> in, out;
   switch (o) {
     case Op::AllReduce: {
@@ -48,7 +36,7 @@ std::string run_one(Communicator& comm, Op o, DataType dtype, ReduceOp rop, std:
       } else {
         comm.all_reduce(in.data(), out.data(), count, dtype, rop).wait();
       }
-      return ref.compare(out.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
+      return ref.compare(out.data(), count, want);
     }
     case Op::ReduceScatter: {
       in = ref.input_buffer(r, count * n);
@@ -61,7 +49,7 @@ std::string run_one(Communicator& comm, Op o, DataType dtype, ReduceOp rop, std:
         comm.reduce_scatter(in.data(), out.data(), count, dtype, rop).wait();
         result = out.data();
       }
-      return ref.compare(result, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, r * count + i, w); });
+      return ref.compare(result, count, want);
     }
     case Op::Reduce: {
       in = ref.input_buffer(r, count);
@@ -74,7 +62,7 @@ std::string run_one(Communicator& comm, Op o, DataType dtype, ReduceOp rop, std:
         comm.reduce(in.data(), r == root ? out.data() : nullptr, count, dtype, rop, root).wait();
       }
       if (r != root) return "";
-      return ref.compare(result, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
+      return ref.compare(result, count, want);
     }
     case Op::AllGather: {
       in = ref.input_buffer(r, count);
@@ -85,31 +73,21 @@ std::string run_one(Communicator& comm, Op o, DataType dtype, ReduceOp rop, std:
       } else {
         comm.all_gather(in.data(), out.data(), count, dtype).wait();
       }
-      return ref.compare(out.data(), count * n, [&](std::uint64_t i, unsigned char* w) {
-        ref.input(static_cast<int>(i / count), i % count, w);
-      });
+      return ref.compare(out.data(), count * n, want);
     }
     case Op::Broadcast: {
       in = ref.input_buffer(r, count);
       if (in_place) {
         comm.broadcast(in.data(), count, dtype, root).wait();
-        return ref.compare(in.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.input(root, i, w); });
+        return ref.compare(in.data(), count, want);
       }
       out.assign(count * elem + 1, 0xAB);
       comm.broadcast(in.data(), out.data(), count, dtype, root).wait();
-      return ref.compare(out.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.input(root, i, w); });
+      return ref.compare(out.data(), count, want);
     }
   }
   return "unknown collective";
 }
-
-struct Case {
-  Op op;
-  DataType dtype;
-  ReduceOp rop;
-  std::uint64_t count;
-  bool in_place;
-};
 
 // Runs every case on every rank of `comms` (the same order everywhere) and
 // reports failures after all ranks are done, so one wrong result never
@@ -123,8 +101,7 @@ void sweep(const std::vector<std::shared_ptr<Communicator>>& comms, const std::v
       const std::string wrong = run_one(*comms[r], c.op, c.dtype, c.rop, c.count, c.in_place);
       if (!wrong.empty()) {
         std::ostringstream msg;
-        msg << what << " " << op_name(c.op) << " " << name(c.dtype) << " " << name(c.rop) << " count "
-            << c.count << (c.in_place ? " in place" : "") << ", rank " << r << ": " << wrong;
+        msg << what << " " << c.str() << ", rank " << r << ": " << wrong;
         std::lock_guard lock(mutex);
         failures.push_back(msg.str());
       }
@@ -134,23 +111,9 @@ void sweep(const std::vector<std::shared_ptr<Communicator>>& comms, const std::v
 }
 
 std::vector<Case> cases_for(int world, bool all_types) {
-  std::vector<Case> cases;
-  const std::uint64_t counts[] = {0, 1, static_cast<std::uint64_t>(world > 1 ? world - 1 : 1), 13, 5003};
-  for (DataType dtype : kAllDataTypes) {
-    if (!all_types && dtype != DataType::Float32 && dtype != DataType::Int64 && dtype != DataType::BFloat16)
-      continue;
-    for (ReduceOp rop : kAllReduceOps) {
-      if (rop == ReduceOp::Avg && !is_floating(dtype)) continue;
-      for (std::uint64_t count : counts)
-        for (bool in_place : {false, true})
-          for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::Reduce})
-            cases.push_back({o, dtype, rop, count, in_place});
-    }
-    for (std::uint64_t count : counts)
-      for (bool in_place : {false, true})
-        for (Op o : {Op::AllGather, Op::Broadcast}) cases.push_back({o, dtype, ReduceOp::Sum, count, in_place});
-  }
-  return cases;
+  const std::vector<DataType> dtypes = all_types ? std::vector<DataType>(std::begin(kAllDataTypes), std::end(kAllDataTypes))
+                                                 : std::vector<DataType>{DataType::Int64, DataType::BFloat16, DataType::Float32};
+  return standard_cases(world, dtypes, std::vector<ReduceOp>(std::begin(kAllReduceOps), std::end(kAllReduceOps)));
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 
 #include <kizuna/reducer.hpp>
 
-#include "collective_reference.hpp"
+#include "collective_cases.hpp"
 #include "emulated_device.hpp"
 #include "error_of.hpp"
 #include "run_ranks.hpp"
@@ -25,8 +25,6 @@ using namespace kizuna::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-enum class Op { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast };
 
 // 13 MiB of float32: three staged parts of at least 4 MiB.
 constexpr std::uint64_t kPartedCount = (13u << 20) / 4;
@@ -74,39 +72,13 @@ std::string run_on_device(Communicator& comm, EmulatedStream& stream, Op o, Data
   work.wait();
   if (!stream.synchronize()) return "the stream did not finish";
   if (o == Op::Reduce && r != root) return "";
-  return ref.compare(got.data(), out_count, [&](std::uint64_t i, unsigned char* w) {
-    switch (o) {
-      case Op::AllReduce:
-      case Op::Reduce: ref.reduced(n, i, w); break;
-      case Op::ReduceScatter: ref.reduced(n, r * count + i, w); break;
-      case Op::AllGather: ref.input(static_cast<int>(i / count), i % count, w); break;
-      case Op::Broadcast: ref.input(root, i, w); break;
-    }
-  });
+  return ref.compare(got.data(), out_count,
+                     [&](std::uint64_t i, unsigned char* w) { expected_output(ref, o, n, r, count, i, w); });
 }
 
-struct Case {
-  Op op;
-  DataType dtype;
-  ReduceOp rop;
-  std::uint64_t count;
-  bool in_place;
-};
-
 std::vector<Case> cases_for(int world) {
-  std::vector<Case> cases;
-  const std::uint64_t counts[] = {0, 1, static_cast<std::uint64_t>(world > 1 ? world - 1 : 1), 13, 5003};
-  for (DataType dtype : {DataType::Float32, DataType::BFloat16, DataType::Int64}) {
-    for (ReduceOp rop : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
-      if (rop == ReduceOp::Avg && !is_floating(dtype)) continue;
-      for (std::uint64_t count : counts)
-        for (bool in_place : {false, true})
-          for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::Reduce}) cases.push_back({o, dtype, rop, count, in_place});
-    }
-    for (std::uint64_t count : counts)
-      for (bool in_place : {false, true})
-        for (Op o : {Op::AllGather, Op::Broadcast}) cases.push_back({o, dtype, ReduceOp::Sum, count, in_place});
-  }
+  std::vector<Case> cases = standard_cases(world, {DataType::Float32, DataType::BFloat16, DataType::Int64},
+                                           {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg});
   // In parts: the splittable collectives, large enough for three.
   for (bool in_place : {false, true}) {
     cases.push_back({Op::AllReduce, DataType::Float32, ReduceOp::Avg, kPartedCount, in_place});
@@ -143,8 +115,7 @@ void sweep(int world, Transport transport, bool direct = false) {
       const std::string wrong = run_on_device(*comms[r], stream, c.op, c.dtype, c.rop, c.count, c.in_place);
       if (wrong.empty()) continue;
       std::ostringstream msg;
-      msg << "op " << static_cast<int>(c.op) << " " << name(c.dtype) << " " << name(c.rop) << " count " << c.count
-          << (c.in_place ? " in place" : "") << ", rank " << r << ": " << wrong;
+      msg << c.str() << ", rank " << r << ": " << wrong;
       std::lock_guard lock(mutex);
       failures.push_back(msg.str());
     }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ddp_scenario.hpp"
+#include "error_of.hpp"
 #include "run_ranks.hpp"
 
 using namespace kizuna;
@@ -43,17 +44,6 @@ std::vector<std::string> on_ranks(int n, Fn&& fn) {
     }
   });
   return out;
-}
-
-// The Error a call throws (Internal, as a sentinel, when it throws none).
-template <typename Fn>
-Error error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  return Error(ErrorCode::Internal, "no error");
 }
 
 // A hook that records the order buckets are launched in, then reduces with
@@ -360,7 +350,7 @@ TEST_CASE("mismatched registrations are a Mismatch on every rank naming the para
       ReducerOptions o = small_buckets();
       if (r == 1) c.change(views, o);
       std::vector<std::byte> params(model.bytes), grads(model.bytes);
-      const Error e = error_of([&] {
+      const Error e = error_of_call([&] {
         Reducer reducer(comms[r], params.data(), grads.data(), model.bytes, views, o);
       });
       if (e.code() != ErrorCode::Mismatch) return std::string("not a Mismatch: ") + e.what();
@@ -485,35 +475,35 @@ TEST_CASE("misuse is an InvalidArgument naming what is wrong", "[ddp][reducer]")
 
   auto views = model.views;
   views[1].offset = 4;
-  expect(error_of([&] { make(views); }), "overlap");
+  expect(error_of_call([&] { make(views); }), "overlap");
   views = model.views;
   views[3].count += 1000;
-  expect(error_of([&] { make(views); }), "ends beyond");
+  expect(error_of_call([&] { make(views); }), "ends beyond");
   views = model.views;
   views[1].name = views[0].name;
-  expect(error_of([&] { make(views); }), "same name");
+  expect(error_of_call([&] { make(views); }), "same name");
   views = model.views;
   views[0].shape = {3, 3};
-  expect(error_of([&] { make(views); }), "its shape holds 9");
+  expect(error_of_call([&] { make(views); }), "its shape holds 9");
   views = model.views;
   views[2].offset += 2;
-  expect(error_of([&] { make(views); }), "not aligned");
+  expect(error_of_call([&] { make(views); }), "not aligned");
   views = model.views;
   views[0].dtype = DataType::Int32;
-  expect(error_of([&] { make(views); }), "averaging needs floating");
+  expect(error_of_call([&] { make(views); }), "averaging needs floating");
   {
     ReducerOptions o;
     o.compression = Compression::Float16;
     o.comm_hook = CommHook::allreduce();
-    expect(error_of([&] { make(model.views, o); }), "not both");
+    expect(error_of_call([&] { make(model.views, o); }), "not both");
   }
 
   Reducer reducer(comms[0], params.data(), grads.data(), model.bytes, model.views);
-  expect(error_of([&] { reducer.mark_ready("nope"); }), "no parameter named 'nope'");
-  expect(error_of([&] { reducer.mark_ready(99); }), "no parameter #99");
+  expect(error_of_call([&] { reducer.mark_ready("nope"); }), "no parameter named 'nope'");
+  expect(error_of_call([&] { reducer.mark_ready(99); }), "no parameter #99");
   reducer.mark_ready(std::size_t{1});
-  expect(error_of([&] { reducer.mark_ready(std::size_t{1}); }), "marked ready twice");
-  expect(error_of([&] { auto guard = reducer.no_sync(); }), "no_sync inside");
+  expect(error_of_call([&] { reducer.mark_ready(std::size_t{1}); }), "marked ready twice");
+  expect(error_of_call([&] { auto guard = reducer.no_sync(); }), "no_sync inside");
   for (std::size_t p = 0; p < reducer.num_parameters(); ++p)
     if (p != 1) reducer.mark_ready(p);
   reducer.finalize();
