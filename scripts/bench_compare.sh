@@ -10,14 +10,19 @@
 #   gloo-perf      --algo ring|ring_chunked|halving_doubling|bcube (TCP, async mode)
 #   mpi-perf       under mpirun: default (shared memory), and --mca btl tcp,self
 # all-reduce, float32 sum, 4 B .. 64 MiB by factors of 2, every result
-# checked; and the ceilings the targets are judged against:
+# checked, as two sweeps (as the OSU micro-benchmarks do): the latency
+# sizes, 4 B .. 1 KiB, whose calls take microseconds and whose figures over
+# 20 calls are the scheduler's luck, with many iterations; the rest, from
+# 2 KiB, with few (a sweep is a fresh job: its first size, 2 KiB, is one no
+# target judges); and the ceilings the targets are judged against:
 #   bench_reduce   memcpy and float32 reduce at 64 MiB (memory-bandwidth ceiling)
 #   tcp-ring-rate  loopback TCP with 2 processes (full duplex) and a ring of 4
 # bench/compare/report.py then takes medians over the repetitions, derives
 # the ceilings, checks the targets and plots.
 #
-# Knobs: BENCH_REPS (3), BENCH_ITERS (-n, 20), BENCH_WARMUP (-w, 5),
-# BENCH_MAX (-e, 64M), BENCH_WORLDS ("2 4"), BENCH_OUT (results folder,
+# Knobs: BENCH_REPS (3), BENCH_ITERS (-n from 2 KiB, 20), BENCH_WARMUP (-w
+# from 2 KiB, 5), BENCH_SMALL_ITERS (-n up to 1 KiB, 1000), BENCH_SMALL_WARMUP
+# (-w up to 1 KiB, 100), BENCH_MAX (-e, 64M), BENCH_WORLDS ("2 4"), BENCH_OUT (results folder,
 # default BUILD_DIR/bench-compare), BENCH_DOC (docs/performance.md),
 # BENCH_PLOTS (docs/plots).
 set -euo pipefail
@@ -30,7 +35,14 @@ warmup=${BENCH_WARMUP:-5}
 max=${BENCH_MAX:-64M}
 worlds=${BENCH_WORLDS:-2 4}
 out=${BENCH_OUT:-$build/bench-compare}
-sweep=(-b 4 -e "$max" -f 2 -n "$iters" -w "$warmup")
+small_iters=${BENCH_SMALL_ITERS:-1000}
+small_warmup=${BENCH_SMALL_WARMUP:-100}
+# The sweeps: NAME-small.json up to 1 KiB, NAME.json from 2 KiB (or the
+# small one alone up to BENCH_MAX when that is 1 KiB or less).
+max_bytes=$(numfmt --from=iec "$max")
+small_sweep=(-b 4 -e "$((max_bytes < 1024 ? max_bytes : 1024))" -f 2 -n "$small_iters" -w "$small_warmup")
+large_sweep=()
+((max_bytes > 1024)) && large_sweep=(-b 2K -e "$max" -f 2 -n "$iters" -w "$warmup")
 
 for tool in bin/kizuna-perf bench/bench_reduce bench/compare/tcp-ring-rate; do
   [[ -x "$build/$tool" ]] || { echo "bench_compare.sh: $build/$tool is not built" >&2; exit 1; }
@@ -70,6 +82,14 @@ run() {
   fi
 }
 
+# sweep NAME COMMAND...: both sweeps of one configuration, one after the other.
+sweep() {
+  local name=$1
+  shift
+  run "$name-small" "$@" "${small_sweep[@]}"
+  ((${#large_sweep[@]} == 0)) || run "$name" "$@" "${large_sweep[@]}"
+}
+
 start=$(date +%s)
 for ((rep = 1; rep <= reps; rep++)); do
   echo "== repetition $rep of $reps"
@@ -79,18 +99,18 @@ for ((rep = 1; rep <= reps; rep++)); do
     "$build/bench/compare/tcp-ring-rate" --procs "$n" --seconds 2 | tee "$out/tcp-ring-n$n-r$rep.txt" | tail -1
     for transport in shm tcp; do
       for algo in auto ring tree; do
-        run "kizuna-$transport-$algo-n$n-r$rep" \
-          launch "$n" "$build/bin/kizuna-perf" --transport "$transport" --algo "$algo" "${sweep[@]}"
+        sweep "kizuna-$transport-$algo-n$n-r$rep" \
+          launch "$n" "$build/bin/kizuna-perf" --transport "$transport" --algo "$algo"
       done
     done
     if ((have_gloo)); then
       for algo in ring ring_chunked halving_doubling bcube; do
-        run "gloo-$algo-n$n-r$rep" launch "$n" "$build/bench/compare/gloo-perf" --algo "$algo" "${sweep[@]}"
+        sweep "gloo-$algo-n$n-r$rep" launch "$n" "$build/bench/compare/gloo-perf" --algo "$algo"
       done
     fi
     if ((have_mpi)); then
-      run "mpi-shm-n$n-r$rep" mpi "$n" "$build/bench/compare/mpi-perf" --transport shm "${sweep[@]}"
-      run "mpi-tcp-n$n-r$rep" mpi "$n" --mca btl tcp,self "$build/bench/compare/mpi-perf" --transport tcp "${sweep[@]}"
+      sweep "mpi-shm-n$n-r$rep" mpi "$n" "$build/bench/compare/mpi-perf" --transport shm
+      sweep "mpi-tcp-n$n-r$rep" mpi "$n" --mca btl tcp,self "$build/bench/compare/mpi-perf" --transport tcp
     fi
   done
 done

@@ -311,14 +311,33 @@ def plot(args, runs, worlds, sizes):
     return [f"{m}_n{w}.png" for w in worlds for m in ("busbw", "latency")]
 
 
+def iterations_line(runs):
+    """'-n 1000 -w 100 per size from 4 B to 1 KiB, -n 20 -w 5 per size from 2 KiB to 64 MiB': the
+    iterations of each sweep, as the results files say."""
+    sweeps = {}
+    for docs in runs.values():
+        for doc in docs:
+            sizes = [r["size"] for r in doc["results"]]
+            if sizes:
+                key = (doc["iters"], doc["warmup"])
+                low, high = sweeps.get(key, (min(sizes), max(sizes)))
+                sweeps[key] = (min(low, min(sizes)), max(high, max(sizes)))
+    parts = sorted(sweeps.items(), key=lambda kv: kv[1][0])
+    return ", ".join(f"-n {n} -w {w} per size from {human_size(lo)} to {human_size(hi)}"
+                     for (n, w), (lo, hi) in parts)
+
+
 def compare(args):
-    runs = load_runs(args.results, r"(?P<label>(kizuna|gloo|mpi)-[a-z_-]+?)-n(?P<world>\d+)-r\d+\.json")
+    # Each configuration's repetition is one sweep, or two (NAME-small.json
+    # up to 1 KiB with more iterations, NAME.json from 2 KiB): their sizes
+    # do not overlap, so a size has one figure per repetition either way.
+    runs = load_runs(args.results, r"(?P<label>(kizuna|gloo|mpi)-[a-z_-]+?)-n(?P<world>\d+)-r\d+(-small)?\.json")
     if not runs:
         sys.exit("report.py: no results in " + args.results)
     worlds = sorted({w for _, w in runs})
     sizes = sorted({r["size"] for docs in runs.values() for doc in docs for r in doc["results"]})
-    reps = max(len(d) for d in runs.values())
-    any_doc = next(iter(runs.values()))[0]
+    reps = len({m.group(1) for m in (re.search(r"-r(\d+)(-small)?\.json$", p)
+                                     for p in glob.glob(os.path.join(args.results, "*-n*-r*.json"))) if m})
     (rc, rc_spread), (rr, rr_spread), mem_reps = load_memory(args.results)
     tcp = load_tcp(args.results)
     cores = os.cpu_count() or 1
@@ -332,7 +351,7 @@ def compare(args):
         "",
         f"All-reduce of float32 with sum, in-place (Gloo's algorithms are in-place only), sizes "
         f"{human_size(sizes[0])} .. {human_size(sizes[-1])}, ranks as processes on this machine, "
-        f"-n {any_doc['iters']} -w {any_doc['warmup']} per size, every result checked; "
+        f"{iterations_line(runs)}, every result checked; "
         f"{reps} repetitions, the configurations interleaved within each. Figures are medians over "
         f"the repetitions, ± half their range where it is 1% or more. kizuna's transport is forced "
         f"with KIZUNA_TRANSPORT (kizuna-perf --transport); Open MPI runs once with its defaults "
