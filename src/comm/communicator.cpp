@@ -35,6 +35,7 @@
 #include "core/launch_env.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
+#include "transport/shm/shm_link.hpp"
 #include "transport/tcp/interface.hpp"
 
 namespace kizuna {
@@ -770,15 +771,19 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
     t.label = label(t, p.algorithm);
     if (check) verify_fingerprints(t, deadline, t.label);
-    t.schedule = p.schedule;
-    const algo::RankSchedule& schedule = *t.schedule;
+    const algo::RankSchedule& schedule = *p.schedule;
     history.started(t.history_id, algo::name(schedule.algorithm),
                     static_cast<std::uint32_t>(schedule.steps.size()));
     ensure_scratch(schedule.scratch_count * elem);
     t.running = true;
     if (!executor->start(schedule, {t.input, t.output, scratch.data()}, t.dtype, t.op, t.seq, deadline, t.label,
-                         patience))
+                         patience)) {
+      // Left part-run: the task keeps its schedule alive until it ends.
+      // (Taken only now: copying a shared_ptr is a locked instruction,
+      // which would wait for the messages just published to leave.)
+      t.schedule = p.schedule;
       return false;
+    }
     finish_collective(t);
     return true;
   }
@@ -949,8 +954,12 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   // cores, so they agree.
   if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2)
     impl->link_model.tree_all_reduce_from = 1 << 20;
-  impl->executor->set_spin(std::chrono::microseconds(env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 200),
-                           oversubscribed ? 4 : 16);
+  const int spin_us = env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 200;
+  impl->executor->set_spin(std::chrono::microseconds(spin_us), oversubscribed ? 4 : 16);
+  // A rank that spins before it sleeps can afford a heavy fence when it
+  // goes to sleep, which spares its peers a fence on every message to it
+  // (transport/shm/shm_link.hpp); one that sleeps on every wait cannot.
+  if (impl->shm && spin_us > 0) transport::shm::use_light_ring(impl->shm->mine.header());
   const std::pair<std::string, int> device =
       options.device.empty() ? std::pair{env.device, env.device_index} : core::parse_device("CommOptions.device", options.device);
   if (device.first != "cpu") {

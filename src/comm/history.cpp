@@ -15,61 +15,105 @@ double ms_between(History::Clock::time_point a, History::Clock::time_point b) {
 
 }  // namespace
 
+namespace {
+
+History::Clock::rep now_rep() { return core::coarse_now().time_since_epoch().count(); }
+History::Clock::time_point at(History::Clock::rep r) { return History::Clock::time_point(History::Clock::duration(r)); }
+
+}  // namespace
+
 std::uint64_t History::queued(std::uint64_t seq, std::string_view kind, DataType dtype,
                               std::uint64_t count, int peer) {
-  std::lock_guard lock(mutex_);
-  const std::uint64_t id = next_id_++;
-  Record& r = ring_[id % kSize];
-  r = Record{};
-  r.seq = seq;
-  r.kind = kind;
-  r.dtype = dtype;
-  r.count = count;
-  r.peer = peer;
-  r.queued = core::coarse_now();
-  ids_[id % kSize] = id;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  std::lock_guard lock(queued_lock_);
+  const std::uint64_t id = next_id_.load(relaxed);
+  next_id_.store(id + 1, relaxed);
+  Slot& s = slots_[id % kSize];
+  if (s.id.load(relaxed) != 0 && s.state.load(relaxed) == State::Done &&
+      s.seq.load(relaxed) > evicted_done_.load(relaxed))
+    evicted_done_.store(s.seq.load(relaxed), relaxed);
+  // A seqlock's write: readers that see any new field see the id change.
+  s.id.store(0, relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s.seq.store(seq, relaxed);
+  s.kind.store(kind.data(), relaxed);
+  s.algorithm.store("", relaxed);
+  s.dtype.store(dtype, relaxed);
+  s.count.store(count, relaxed);
+  s.peer.store(peer, relaxed);
+  s.state.store(State::Queued, relaxed);
+  s.queued.store(now_rep(), relaxed);
+  s.started.store(0, relaxed);
+  s.ended.store(0, relaxed);
+  s.steps.store(0, relaxed);
+  s.id.store(id, std::memory_order_release);
   return id;
 }
 
-History::Record* History::find(std::uint64_t id) {
-  return ids_[id % kSize] == id ? &ring_[id % kSize] : nullptr;
+History::Slot* History::find(std::uint64_t id) {
+  Slot& s = slots_[id % kSize];
+  return s.id.load(std::memory_order_relaxed) == id ? &s : nullptr;
 }
 
+// started() and ended() store their times before the state (release), and
+// readers load the state first (acquire): a call shown running or done has
+// its times.
 void History::started(std::uint64_t id, std::string_view algorithm, std::uint32_t steps) {
-  std::lock_guard lock(mutex_);
-  if (Record* r = find(id)) {
-    r->state = State::Running;
-    r->algorithm = algorithm;
-    r->steps = steps;
-    r->started = core::coarse_now();
+  if (Slot* s = find(id)) {
+    s->algorithm.store(algorithm.data(), std::memory_order_relaxed);
+    s->steps.store(steps, std::memory_order_relaxed);
+    s->started.store(now_rep(), std::memory_order_relaxed);
+    s->state.store(State::Running, std::memory_order_release);
   }
 }
 
 void History::ended(std::uint64_t id, bool ok) {
-  std::lock_guard lock(mutex_);
-  if (Record* r = find(id)) {
-    r->state = ok ? State::Done : State::Failed;
-    r->ended = core::coarse_now();
-    if (ok && r->seq > last_completed_seq_) last_completed_seq_ = r->seq;
+  if (Slot* s = find(id)) {
+    s->ended.store(now_rep(), std::memory_order_relaxed);
+    s->state.store(ok ? State::Done : State::Failed, std::memory_order_release);
   }
 }
 
+std::optional<History::Record> History::read(std::uint64_t id) const {
+  const Slot& s = slots_[id % kSize];
+  if (s.id.load(std::memory_order_acquire) != id) return std::nullopt;
+  Record r;
+  r.state = s.state.load(std::memory_order_acquire);
+  r.seq = s.seq.load(std::memory_order_relaxed);
+  r.kind = s.kind.load(std::memory_order_relaxed);
+  r.algorithm = s.algorithm.load(std::memory_order_relaxed);
+  r.dtype = s.dtype.load(std::memory_order_relaxed);
+  r.count = s.count.load(std::memory_order_relaxed);
+  r.peer = s.peer.load(std::memory_order_relaxed);
+  r.queued = at(s.queued.load(std::memory_order_relaxed));
+  r.started = at(s.started.load(std::memory_order_relaxed));
+  r.ended = at(s.ended.load(std::memory_order_relaxed));
+  r.steps = s.steps.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s.id.load(std::memory_order_relaxed) != id) return std::nullopt;
+  return r;
+}
+
 std::uint64_t History::last_completed_seq() const {
-  std::lock_guard lock(mutex_);
-  return last_completed_seq_;
+  std::uint64_t last = evicted_done_.load(std::memory_order_relaxed);
+  const std::uint64_t next = next_id_.load(std::memory_order_acquire);
+  for (std::uint64_t id = next > kSize ? next - kSize : 1; id < next; ++id)
+    if (const std::optional<Record> r = read(id); r && r->state == State::Done && r->seq > last) last = r->seq;
+  return last;
 }
 
 std::string History::report(const LiveProgress& live, const std::string& header, std::size_t limit) const {
-  std::lock_guard lock(mutex_);
   std::ostringstream out;
   out << header;
   const auto now = Clock::now();
   const std::size_t keep = std::min(limit, kSize);
-  const std::uint64_t first = next_id_ > keep ? next_id_ - keep : 1;
+  const std::uint64_t next = next_id_.load(std::memory_order_acquire);
+  const std::uint64_t first = next > keep ? next - keep : 1;
   char buf[64];
-  for (std::uint64_t id = first; id < next_id_; ++id) {
-    if (ids_[id % kSize] != id) continue;
-    const Record& r = ring_[id % kSize];
+  for (std::uint64_t id = first; id < next; ++id) {
+    const std::optional<Record> record = read(id);
+    if (!record) continue;
+    const Record& r = *record;
     out << "\n  ";
     if (r.seq) out << "#" << r.seq << " ";
     out << r.kind;
@@ -104,11 +148,11 @@ std::string History::report(const LiveProgress& live, const std::string& header,
 }
 
 std::string History::status_fields(const LiveProgress& live) const {
-  std::lock_guard lock(mutex_);
   std::ostringstream out;
-  const Record* running = nullptr;
-  for (std::uint64_t id = next_id_ > kSize ? next_id_ - kSize : 1; id < next_id_; ++id)
-    if (ids_[id % kSize] == id && ring_[id % kSize].state == State::Running) running = &ring_[id % kSize];
+  std::optional<Record> running;
+  const std::uint64_t next = next_id_.load(std::memory_order_acquire);
+  for (std::uint64_t id = next > kSize ? next - kSize : 1; id < next; ++id)
+    if (std::optional<Record> r = read(id); r && r->state == State::Running) running = r;
   if (running) {
     out << "call=" << running->kind;
     if (running->seq) out << " seq=" << running->seq;
@@ -125,7 +169,7 @@ std::string History::status_fields(const LiveProgress& live) const {
     }
     out << " ";
   }
-  out << "last_done=" << last_completed_seq_;
+  out << "last_done=" << last_completed_seq();
   return out.str();
 }
 

@@ -11,7 +11,17 @@
 // Times are recorded with the coarse clock (core/coarse_clock.hpp): to a
 // few milliseconds, which is what a report of a stuck call needs.
 //
-// Thread-safe: the worker records, any thread (the signal dumper) reads.
+// Thread-safe. queued() takes a spin lock; started() and ended(), which a
+// small collective runs right after publishing its messages, take none and
+// no locked instruction at all: one would wait there for the published
+// line to reach the peer polling it (docs/performance.md). So started()
+// and ended() of a record must come from one thread at a time (the one
+// running the call), after its queued(). Readers (the report, the signal
+// dumper) take no lock either: they skip a record that queued() is
+// rewriting meanwhile, and may see a call's start or end a moment late.
+// (A record overwritten while its call runs, kSize calls being queued
+// behind it, may take that call's end; it is a report, nothing acts on it.)
+// `kind` and `algorithm` must be string literals (algo::name's are).
 #pragma once
 
 #include <kizuna/types.hpp>
@@ -22,7 +32,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -76,12 +86,30 @@ class History {
   std::string status_fields(const LiveProgress& live) const;
 
  private:
-  Record* find(std::uint64_t id);
-  mutable core::SpinLock mutex_;  // taken three times by every call: cheap
-  std::array<Record, kSize> ring_{};
-  std::array<std::uint64_t, kSize> ids_{};
-  std::uint64_t next_id_ = 1;
-  std::uint64_t last_completed_seq_ = 0;
+  // A Record, field by field in atomics, so that readers need no lock;
+  // `id` is 0 while queued() rewrites the slot.
+  struct Slot {
+    std::atomic<std::uint64_t> id{0};
+    std::atomic<std::uint64_t> seq{0};
+    std::atomic<const char*> kind{""};
+    std::atomic<const char*> algorithm{""};
+    std::atomic<DataType> dtype{DataType::Float32};
+    std::atomic<std::uint64_t> count{0};
+    std::atomic<int> peer{-1};
+    std::atomic<State> state{State::Queued};
+    std::atomic<Clock::rep> queued{0}, started{0}, ended{0};
+    std::atomic<std::uint32_t> steps{0};
+  };
+  Slot* find(std::uint64_t id);
+  // Slot `id`'s record as it stands, or nothing if it is not there or is
+  // being rewritten.
+  std::optional<Record> read(std::uint64_t id) const;
+
+  core::SpinLock queued_lock_;  // queued() against itself
+  std::array<Slot, kSize> slots_{};
+  std::atomic<std::uint64_t> next_id_{1};
+  // The highest seq of the completed records that queued() has overwritten.
+  std::atomic<std::uint64_t> evicted_done_{0};
 };
 
 }  // namespace kizuna::comm

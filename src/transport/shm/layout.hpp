@@ -30,7 +30,7 @@
 namespace kizuna::transport::shm {
 
 inline constexpr std::uint64_t kSegmentMagic = 0x4d48535a4b5a4b31ull;  // "1KZKZSHM"
-inline constexpr std::uint32_t kSegmentVersion = 2;
+inline constexpr std::uint32_t kSegmentVersion = 3;
 inline constexpr std::size_t kInlineBytes = 28;
 
 struct alignas(64) SegmentHeader {
@@ -43,8 +43,12 @@ struct alignas(64) SegmentHeader {
   std::uint64_t comm_id;
   // The owner sleeps on the doorbell; a peer that gives it something to do
   // (a published slot, a released slot) rings it if `sleeping` is set.
+  // With `light_ring` set (by the owner, before it first sleeps so), the
+  // owner fences heavily before it sleeps and the peers skip their fence
+  // before they look at `sleeping` (core/asymmetric_fence.hpp).
   alignas(64) std::atomic<std::uint32_t> doorbell;
   std::atomic<std::uint32_t> sleeping;
+  std::atomic<std::uint32_t> light_ring;
 };
 
 struct alignas(64) ChannelControl {

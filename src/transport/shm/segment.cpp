@@ -75,6 +75,7 @@ Segment Segment::create(const std::string& name, const Geometry& g, std::uint64_
   h->comm_id = comm_id;
   h->doorbell.store(0);
   h->sleeping.store(0);
+  h->light_ring.store(0);
   for (std::uint32_t c = 0; c < g.channels; ++c) new (s.channel(c)) ChannelControl{};
   // Peers map the segment only after its name reaches them through the
   // store, which orders these writes before their reads.

@@ -1,10 +1,12 @@
 #include "transport/shm/shm_link.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
 #include <exception>
 
+#include "core/asymmetric_fence.hpp"
 #include "core/check.hpp"
 #include "core/reduce.hpp"
 #include "transport/shm/futex.hpp"
@@ -18,10 +20,16 @@ namespace {
 // executor looks at every link's anyway (check_peer).
 constexpr std::uint32_t kControlEvery = 4096;
 
-void ring(SegmentHeader* owner) {
-  // Pairs with doorbell_sleep: our channel update is ordered before this
-  // read of `sleeping`, its write of `sleeping` before its channel check.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+// Rings `owner`'s doorbell if it sleeps. Pairs with doorbell_sleep: our
+// channel update is ordered before this read of `sleeping`, its write of
+// `sleeping` before its channel check, by a fence on each side or, where
+// `light` (this process takes part in asymmetric fences) and the owner
+// has set light_ring, by the owner's heavy fence alone.
+void ring(SegmentHeader* owner, bool light) {
+  if (light && owner->light_ring.load(std::memory_order_relaxed))
+    core::light_fence();
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   if (owner->sleeping.load(std::memory_order_relaxed)) {
     owner->doorbell.fetch_add(1, std::memory_order_relaxed);
     futex_wake_all(&owner->doorbell);
@@ -45,7 +53,8 @@ class ShmLink final : public Link {
         theirs_(theirs.header()),
         geometry_(mine.geometry()),
         peer_geometry_(theirs.geometry()),
-        control_(std::move(control)) {
+        control_(std::move(control)),
+        light_(core::asymmetric_fence_available()) {
     for (std::uint32_t s = 0; s < geometry_.slots; ++s) in_slots_.push_back(mine.slot(peer_slot, s));
     for (std::uint32_t s = 0; s < peer_geometry_.slots; ++s) out_slots_.push_back(theirs.slot(my_slot, s));
     warm_outbound();
@@ -107,13 +116,13 @@ class ShmLink final : public Link {
   void send_abort(const AbortNotice& notice, std::chrono::milliseconds grace) override {
     closed_.store(true);
     control_->send_abort(notice, grace);
-    ring(theirs_);
+    ring(theirs_, false);
   }
 
   void interrupt() override {
     closed_.store(true);
     control_->interrupt();
-    ring(mine_);
+    ring(mine_, false);
   }
 
  private:
@@ -214,12 +223,12 @@ class ShmLink final : public Link {
         ++sent_;
       }
       if (published == slots / 2) {  // wake a sleeping receiver for a long message
-        ring(theirs_);
+        ring(theirs_, light_);
         published = 0;
       }
     }
     const bool moved = head != out_head_;
-    if (published) ring(theirs_);
+    if (published) ring(theirs_, light_);
     out_head_ = head;
     return moved;
   }
@@ -272,7 +281,7 @@ class ShmLink final : public Link {
     }
     // A spinning sender sees each freed slot at once; one that sleeps is
     // woken once for all of them.
-    if (moved) ring(theirs_);
+    if (moved) ring(theirs_, light_);
     return moved;
   }
 
@@ -285,6 +294,7 @@ class ShmLink final : public Link {
   std::vector<unsigned char*> in_slots_;
   std::vector<unsigned char*> out_slots_;
   std::unique_ptr<Link> control_;
+  const bool light_;  // this process takes part in asymmetric fences (see ring)
   std::atomic<bool> closed_{false};
   std::exception_ptr gone_;  // the control connection's end, once seen
   std::uint32_t idle_ = 0;
@@ -314,12 +324,27 @@ std::unique_ptr<Link> make_shm_link(int peer, const Segment& mine, std::uint32_t
 bool doorbell_sleep(SegmentHeader* owner, const std::function<bool()>& progress,
                     std::chrono::microseconds timeout) {
   owner->sleeping.store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!owner->light_ring.load(std::memory_order_relaxed)) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  } else if (!core::heavy_fence()) {
+    // Not expected once registered; if it happens, the peers fence from
+    // now on, and a ring that one of them skipped meanwhile is made up
+    // for by a short nap.
+    owner->light_ring.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    timeout = std::min(timeout, std::chrono::microseconds(1000));
+  }
   const std::uint32_t bell = owner->doorbell.load(std::memory_order_relaxed);
   const bool moved = progress();
   if (!moved) futex_wait(&owner->doorbell, bell, timeout);
   owner->sleeping.store(0, std::memory_order_relaxed);
   return moved;
+}
+
+bool use_light_ring(SegmentHeader* owner) {
+  if (!core::asymmetric_fence_available()) return false;
+  owner->light_ring.store(1, std::memory_order_relaxed);
+  return true;
 }
 
 }  // namespace kizuna::transport::shm

@@ -8,7 +8,11 @@
 //
 // Waiting is the executor's: it spins on progress(), yields, then sleeps on
 // this rank's doorbell (doorbell_sleep), which a peer rings whenever it
-// publishes or releases a slot while the owner sleeps.
+// publishes or releases a slot while the owner sleeps. Whether it sleeps is
+// a store-load race that both sides fence, or, once the owner has called
+// use_light_ring, only the sleeper: a rank publishing a small message
+// otherwise waits, at its fence, for the line its peer polls to come and
+// go (a cache-line round trip on every call).
 //
 // The TCP connection to the same peer stays open as the control link: its
 // end-of-file means the peer died (checked every few hundred idle
@@ -37,5 +41,12 @@ std::unique_ptr<Link> make_shm_link(int peer, const Segment& mine, std::uint32_t
 // what progress() returned.
 bool doorbell_sleep(SegmentHeader* owner, const std::function<bool()>& progress,
                     std::chrono::microseconds timeout);
+
+// Lets the peers that ring `owner`'s doorbell skip their fence: the owner
+// fences heavily (tens of microseconds) each time it goes to sleep instead.
+// For a rank that sleeps only after spinning, never for one that sleeps on
+// every wait (more ranks than cores). False, changing nothing, where the
+// system has no such fence.
+bool use_light_ring(SegmentHeader* owner);
 
 }  // namespace kizuna::transport::shm
