@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 #include <sstream>
 
 #include "core/coarse_clock.hpp"
@@ -12,10 +13,6 @@ namespace {
 double ms_between(History::Clock::time_point a, History::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
-
-}  // namespace
-
-namespace {
 
 History::Clock::rep now_rep() { return core::coarse_now().time_since_epoch().count(); }
 History::Clock::time_point at(History::Clock::rep r) { return History::Clock::time_point(History::Clock::duration(r)); }
