@@ -16,7 +16,9 @@
 # 2 KiB, with few (a sweep is a fresh job: its first size, 2 KiB, is one no
 # target judges); and the ceilings the targets are judged against:
 #   bench_reduce   memcpy and float32 reduce at 64 MiB (memory-bandwidth ceiling)
-#   tcp-ring-rate  loopback TCP with 2 processes (full duplex) and a ring of 4
+#   tcp-ring-rate  loopback TCP with 2 processes (full duplex) and a ring of 4,
+#                  with 1 MiB blocks (cache-resident: the rate the targets are
+#                  judged against) and with blocks of BENCH_MAX (from memory)
 # bench/compare/report.py then takes medians over the repetitions, derives
 # the ceilings, checks the targets and plots.
 #
@@ -97,6 +99,8 @@ for ((rep = 1; rep <= reps; rep++)); do
     --benchmark_format=json --benchmark_out="$out/memory-r$rep.json" --benchmark_out_format=json >/dev/null
   for n in $worlds; do
     "$build/bench/compare/tcp-ring-rate" --procs "$n" --seconds 2 | tee "$out/tcp-ring-n$n-r$rep.txt" | tail -1
+    "$build/bench/compare/tcp-ring-rate" --procs "$n" --seconds 2 --block "$max_bytes" |
+      tee "$out/tcp-stream-n$n-r$rep.txt" | tail -1
     for transport in shm tcp; do
       for algo in auto ring tree; do
         sweep "kizuna-$transport-$algo-n$n-r$rep" \
