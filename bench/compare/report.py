@@ -94,7 +94,9 @@ def fmt(value, spread, kind="busbw"):
 
 
 def load_runs(results, pattern):
-    """{(label, world): [json doc per repetition]} for files matching pattern."""
+    """{(label, world): [json doc per repetition]} for files matching pattern (a doc
+    per sweep where a repetition has several); each doc gets "rep", the pattern's
+    group of that name."""
     runs = {}
     for path in sorted(glob.glob(os.path.join(results, "*.json"))):
         m = re.fullmatch(pattern, os.path.basename(path))
@@ -102,8 +104,13 @@ def load_runs(results, pattern):
             continue
         with open(path) as f:
             doc = json.load(f)
+        doc["rep"] = int(m.group("rep"))
         runs.setdefault((m.group("label"), int(m.group("world"))), []).append(doc)
     return runs
+
+
+def repetitions(runs):
+    return len({doc["rep"] for docs in runs.values() for doc in docs})
 
 
 def series(docs, placement, field):
@@ -168,13 +175,13 @@ def machine_line():
 # ---------------------------------------------------------------- make bench
 
 def bench(args):
-    runs = load_runs(args.results, r"kizuna-(?P<label>[a-z_]+)-n(?P<world>\d+)-r\d+\.json")
+    runs = load_runs(args.results, r"kizuna-(?P<label>[a-z_]+)-n(?P<world>\d+)-r(?P<rep>\d+)\.json")
     if not runs:
         sys.exit("report.py: no kizuna-perf results in " + args.results)
     worlds = sorted({w for _, w in runs})
     collectives = [c for c in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
                    if any(label == c for label, _ in runs)]
-    reps = max(len(d) for d in runs.values())
+    reps = repetitions(runs)
     any_doc = next(iter(runs.values()))[0]
     lines = [
         "## kizuna-perf tables (`make bench`)",
@@ -237,7 +244,8 @@ def load_memory(results):
 
 def load_tcp(results, kind="tcp-ring"):
     """{world: (median, spread)} of tcp-ring-rate's mean per-direction rate, GB/s:
-    kind tcp-ring (1 MiB blocks, the default), tcp-stream (blocks of the largest size)."""
+    kind tcp-ring (1 MiB blocks, the default), tcp-stream (blocks of the largest size,
+    measured only when that is beyond the caches)."""
     rates = {}
     for path in sorted(glob.glob(os.path.join(results, f"{kind}-n*-r*.txt"))):
         world = int(re.search(kind + r"-n(\d+)-", path).group(1))
@@ -332,13 +340,13 @@ def compare(args):
     # Each configuration's repetition is one sweep, or two (NAME-small.json
     # up to 1 KiB with more iterations, NAME.json from 2 KiB): their sizes
     # do not overlap, so a size has one figure per repetition either way.
-    runs = load_runs(args.results, r"(?P<label>(kizuna|gloo|mpi)-[a-z_-]+?)-n(?P<world>\d+)-r\d+(-small)?\.json")
+    runs = load_runs(args.results,
+                     r"(?P<label>(kizuna|gloo|mpi)-[a-z_-]+?)-n(?P<world>\d+)-r(?P<rep>\d+)(-small)?\.json")
     if not runs:
         sys.exit("report.py: no results in " + args.results)
     worlds = sorted({w for _, w in runs})
     sizes = sorted({r["size"] for docs in runs.values() for doc in docs for r in doc["results"]})
-    reps = len({m.group(1) for m in (re.search(r"-r(\d+)(-small)?\.json$", p)
-                                     for p in glob.glob(os.path.join(args.results, "*-n*-r*.json"))) if m})
+    reps = repetitions(runs)
     (rc, rc_spread), (rr, rr_spread), mem_reps = load_memory(args.results)
     tcp = load_tcp(args.results)
     tcp_stream = load_tcp(args.results, "tcp-stream")
@@ -398,7 +406,7 @@ def compare(args):
             out.append(f"- Loopback TCP, {what}: **{rate:.2f} GB/s** per direction (±{spread * 100:.0f}% over the repetitions; "
                        f"`tcp-ring-rate --procs {w}`). A TCP ring all-reduce moves 2(n-1)/n S bytes "
                        f"over each edge, so its busbw cannot exceed this rate.")
-        if w in tcp_stream and sizes[-1] >= 8 * MIB:  # beyond the caches
+        if w in tcp_stream:
             rate, spread = tcp_stream[w]
             out.append(f"  The same with blocks of {human_size(sizes[-1])} (`--block`), so that what is sent "
                        f"and received comes from memory, as a {human_size(sizes[-1])} all-reduce's data does, "
