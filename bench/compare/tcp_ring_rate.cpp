@@ -5,6 +5,8 @@
 //
 //   tcp-ring-rate --procs 2 --seconds 2          full duplex between two processes
 //   tcp-ring-rate --procs 4                      a ring of four: p -> p+1, each at once
+//   tcp-ring-rate --congestion reno              under Reno, as kizuna's connections within
+//                                                a host are (KIZUNA_TCP_CONGESTION=auto)
 //
 // The parent opens one loopback connection per ring edge (p -> p+1 mod n),
 // forks n processes and lets them start together. Process p has a sender
@@ -19,6 +21,7 @@
 //   edge 0->1 2.041 GB/s
 //   edge 1->0 2.017 GB/s
 //   tcp-ring-rate procs 2 min 2.017 mean 2.029 GB/s per direction
+// (with --congestion, the summary line ends "congestion NAME").
 // Exit status: 0 done, 1 a socket or process failure, 2 bad usage.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -47,10 +50,22 @@ using Clock = std::chrono::steady_clock;
   std::exit(1);
 }
 
-// A connected loopback pair: {client end, accepted end}.
-std::pair<int, int> loopback_pair() {
+// Sets TCP congestion control `name` on `fd` ("" leaves the system's).
+void set_congestion(int fd, const std::string& name) {
+  if (name.empty()) return;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.c_str(), static_cast<socklen_t>(name.size())) != 0) {
+    std::fprintf(stderr, "tcp-ring-rate: congestion control '%s': %s\n", name.c_str(), std::strerror(errno));
+    std::exit(2);
+  }
+}
+
+// A connected loopback pair: {client end, accepted end}, both under
+// congestion control `congestion`, set before the connection exists (as
+// kizuna does: a socket switched from BBR afterwards keeps its pacing).
+std::pair<int, int> loopback_pair(const std::string& congestion) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   if (listener < 0) die("socket");
+  set_congestion(listener, congestion);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -59,6 +74,7 @@ std::pair<int, int> loopback_pair() {
   socklen_t len = sizeof a;
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
   const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  set_congestion(client, congestion);
   if (::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("connect");
   const int server = ::accept(listener, nullptr, nullptr);
   if (server < 0) die("accept");
@@ -127,13 +143,15 @@ int main(int argc, char** argv) {
   int procs = 2;
   double seconds = 2.0;
   std::size_t block = 1 << 20;
+  std::string congestion;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: tcp-ring-rate [--procs N] [--seconds S] [--block BYTES]\n\n"
+          "usage: tcp-ring-rate [--procs N] [--seconds S] [--block BYTES] [--congestion NAME]\n\n"
           "Loopback TCP rate with N processes in a ring, each sending to the next and receiving\n"
-          "from the previous at once (N=2: full duplex). Defaults: 2 processes, 2 s, 1 MiB writes.\n");
+          "from the previous at once (N=2: full duplex). Defaults: 2 processes, 2 s, 1 MiB writes,\n"
+          "the system's TCP congestion control (--congestion reno: what kizuna uses within a host).\n");
       return 0;
     }
     if (i + 1 >= argc) {
@@ -143,6 +161,7 @@ int main(int argc, char** argv) {
     if (a == "--procs") procs = static_cast<int>(parse("--procs", argv[++i], 2, 256));
     else if (a == "--seconds") seconds = static_cast<double>(parse("--seconds", argv[++i], 1, 3600));
     else if (a == "--block") block = static_cast<std::size_t>(parse("--block", argv[++i], 1, 1 << 30));
+    else if (a == "--congestion") congestion = argv[++i];
     else {
       std::fprintf(stderr, "tcp-ring-rate: unknown option '%s'\n", a.c_str());
       return 2;
@@ -151,7 +170,7 @@ int main(int argc, char** argv) {
 
   // Edge p: p -> p+1; process p sends on edges[p].first, receives on edges[p-1].second.
   std::vector<std::pair<int, int>> edges;
-  for (int p = 0; p < procs; ++p) edges.push_back(loopback_pair());
+  for (int p = 0; p < procs; ++p) edges.push_back(loopback_pair(congestion));
   std::vector<int> results(procs);
   std::vector<pid_t> pids;
   const auto start = Clock::now() + std::chrono::milliseconds(200);
@@ -202,7 +221,8 @@ int main(int argc, char** argv) {
     std::printf("edge %d->%d %.3f GB/s\n", from, p, rates[p] / 1e9);
     sum += rates[p];
   }
-  std::printf("tcp-ring-rate procs %d min %.3f mean %.3f GB/s per direction\n", procs,
-              *std::min_element(rates.begin(), rates.end()) / 1e9, sum / procs / 1e9);
+  std::printf("tcp-ring-rate procs %d min %.3f mean %.3f GB/s per direction%s%s\n", procs,
+              *std::min_element(rates.begin(), rates.end()) / 1e9, sum / procs / 1e9,
+              congestion.empty() ? "" : " congestion ", congestion.c_str());
   return 0;
 }

@@ -187,7 +187,7 @@ Connected bootstrap(Store& store, const std::string& name, int rank, int world_s
     out.topology.comm_id = std::stoull(id);
   }
 
-  transport::TcpListener listener(local_address);
+  transport::TcpListener listener(local_address, options.tcp_congestion);
   PeerInfo self{hostname(), boot_id(), network_namespace(), static_cast<int>(::getpid()),
                 listener.host(), listener.port(), random_u64()};
   store.set(name + "/peer/" + std::to_string(rank), encode_peer(self));

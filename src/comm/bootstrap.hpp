@@ -65,6 +65,7 @@ struct BootstrapOptions {
   std::string local_address;
   TransportChoice transport = TransportChoice::Auto;
   std::uint64_t shm_bytes = 1 << 20;  // per directed pair
+  std::string tcp_congestion = "auto";  // KIZUNA_TCP_CONGESTION, see transport/tcp/congestion.hpp
 };
 
 // Opens TCP connections to every peer, then replaces the ones to ranks of

@@ -917,6 +917,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
                    : env.transport == core::Env::Transport::Shm ? comm::TransportChoice::Shm
                                                                 : comm::TransportChoice::Auto;
   boot.shm_bytes = env.shm_bytes;
+  boot.tcp_congestion = env.tcp_congestion;
   comm::Connected connected = comm::bootstrap(*options.store, impl->name, impl->rank, impl->world,
                                                boot, Clock::now() + setup);
   impl->topology = std::move(connected.topology);

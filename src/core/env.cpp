@@ -139,6 +139,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_SOCKET_IFNAME",
       "KIZUNA_TRANSPORT",
       "KIZUNA_SHM_BYTES",
+      "KIZUNA_TCP_CONGESTION",
       "KIZUNA_SPIN_US",
       "KIZUNA_DUMP_ON_SIGNAL",
       "KIZUNA_DEVICE",
@@ -209,6 +210,18 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
     if (env.shm_bytes < (64u << 10) || env.shm_bytes > (1u << 30))
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SHM_BYTES='", *v,
                    "' is out of range; accepted: 64K .. 1G");
+  }
+  if (auto v = lookup("KIZUNA_TCP_CONGESTION")) {
+    const std::string value = trim_lower(*v);
+    const bool name = !value.empty() && value.size() <= 15 &&
+                      std::all_of(value.begin(), value.end(), [](char c) {
+                        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+                      });
+    if (!name)
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_TCP_CONGESTION='", *v,
+                   "' is not a congestion control; accepted: auto, system, or a kernel algorithm "
+                   "name (1 to 15 letters, digits or '_', e.g. reno, cubic, bbr)");
+    env.tcp_congestion = value;
   }
   if (auto v = lookup("KIZUNA_SPIN_US")) {
     if (trim_lower(*v) != "auto") env.spin_us = static_cast<int>(parse_int("KIZUNA_SPIN_US", *v, 0, 1'000'000));

@@ -11,6 +11,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "transport/tcp/congestion.hpp"
 
 namespace kizuna::transport {
 
@@ -20,16 +21,20 @@ using Clock = std::chrono::steady_clock;
 struct TcpListener::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  CongestionPolicy congestion;
   std::string host;
   int port = 0;
 };
 
-TcpListener::TcpListener(const std::string& host) : impl_(std::make_unique<Impl>()) {
+TcpListener::TcpListener(const std::string& host, const std::string& congestion)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->congestion = CongestionPolicy(congestion);
   asio::error_code ec;
   const auto address = asio::ip::make_address(host, ec);
   if (ec) KIZUNA_THROW(ErrorCode::InvalidArgument, "'", host, "' is not an IP address: ", ec.message());
   const tcp::endpoint endpoint(address, 0);
   impl_->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl_->congestion.prepare_listener(impl_->acceptor.native_handle());
   if (!ec) impl_->acceptor.bind(endpoint, ec);
   if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
@@ -96,6 +101,9 @@ class Mesh {
           std::string why = hello_refusal(self_, h, accepting_);
           if (why.empty() && fds_[h.rank] >= 0) why = "rank " + std::to_string(h.rank) + " is already connected";
           if (!why.empty()) return refuse(*socket, why);
+          asio::error_code ep_ec;
+          const auto remote = socket->remote_endpoint(ep_ec);
+          if (!ep_ec) l_.congestion.settle_accepted(socket->native_handle(), remote.address().to_string());
           asio::async_write(*socket, asio::buffer(hello_), [this, socket, rank = h.rank](const asio::error_code& ec3, std::size_t) {
             if (!ec3 && fds_[rank] < 0) done(rank, *socket);
           });
@@ -121,6 +129,9 @@ class Mesh {
     const auto address = asio::ip::make_address(peer.host, ec);
     if (ec) KIZUNA_THROW(ErrorCode::InvalidArgument, "rank ", peer.rank, " published '", peer.host, "', not an IP address");
     auto socket = std::make_shared<tcp::socket>(l_.io);
+    socket->open(address.is_v4() ? tcp::v4() : tcp::v6(), ec);
+    if (ec) return retry(peer, backoff, "cannot open a socket: " + ec.message());
+    l_.congestion.prepare_connect(socket->native_handle(), peer.host);
     socket->async_connect(tcp::endpoint(address, static_cast<unsigned short>(peer.port)),
         [this, socket, peer, backoff](const asio::error_code& ec1) {
           if (ec1) return retry(peer, backoff, ec1.message());

@@ -35,7 +35,9 @@ struct TcpPeer {
 class TcpListener {
  public:
   // Binds `host`:0. Throws SystemError naming the address on failure.
-  explicit TcpListener(const std::string& host);
+  // `congestion` is KIZUNA_TCP_CONGESTION's setting for the connections it
+  // accepts and the ones connect_peers opens (transport/tcp/congestion.hpp).
+  explicit TcpListener(const std::string& host, const std::string& congestion = "auto");
   ~TcpListener();
   TcpListener(const TcpListener&) = delete;
   TcpListener& operator=(const TcpListener&) = delete;
@@ -60,7 +62,7 @@ std::vector<int> connect_peers(TcpListener& listener, const Hello& self,
                                const std::vector<TcpPeer>& accept_from,
                                std::chrono::steady_clock::time_point deadline);
 
-// TCP_NODELAY and buffer sizes, applied to every data connection.
+// TCP_NODELAY, applied to every data connection.
 void tune_socket(int fd);
 
 }  // namespace kizuna::transport

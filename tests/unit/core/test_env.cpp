@@ -145,6 +145,19 @@ TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US", "[env]") {
   CHECK(error_of({{"KIZUNA_SPIN_US", "-1"}}).find("KIZUNA_SPIN_US") != std::string::npos);
 }
 
+TEST_CASE("KIZUNA_TCP_CONGESTION", "[env]") {
+  CHECK(parse({}).tcp_congestion == "auto");
+  CHECK(parse({{"KIZUNA_TCP_CONGESTION", "system"}}).tcp_congestion == "system");
+  CHECK(parse({{"KIZUNA_TCP_CONGESTION", " CUBIC "}}).tcp_congestion == "cubic");
+  CHECK(parse({{"KIZUNA_TCP_CONGESTION", "bbr"}}).tcp_congestion == "bbr");
+  for (const char* bad : {"", "re-no", "cubic;rm", "a-congestion-control-name"}) {
+    CAPTURE(bad);
+    const std::string what = error_of({{"KIZUNA_TCP_CONGESTION", bad}});
+    CHECK(what.find("KIZUNA_TCP_CONGESTION='") != std::string::npos);
+    CHECK(what.find("accepted: auto, system") != std::string::npos);
+  }
+}
+
 TEST_CASE("KIZUNA_STORE_PREFIX", "[env]") {
   CHECK(parse({}).store_prefix.empty());
   CHECK(parse({{"KIZUNA_STORE_PREFIX", "run1a2b/round3"}}).store_prefix == "run1a2b/round3");
