@@ -17,9 +17,12 @@
 # target judges); and the ceilings the targets are judged against:
 #   bench_reduce   memcpy and float32 reduce at 64 MiB (memory-bandwidth ceiling)
 #   tcp-ring-rate  loopback TCP with 2 processes (full duplex) and a ring of 4,
-#                  with 1 MiB blocks (cache-resident: the rate the targets are
-#                  judged against) and with blocks of BENCH_MAX (from memory;
-#                  when BENCH_MAX is 8 MiB or more)
+#                  under the congestion control kizuna's connections use
+#                  (Reno on loopback, KIZUNA_TCP_CONGESTION=auto), with 1 MiB
+#                  blocks (cache-resident: the rate the targets are judged
+#                  against) and with blocks of BENCH_MAX (from memory; when
+#                  BENCH_MAX is 8 MiB or more); and with 1 MiB blocks under the
+#                  system's congestion control, the one Gloo and Open MPI use
 # bench/compare/report.py then takes medians over the repetitions, derives
 # the ceilings, checks the targets and plots.
 #
@@ -57,8 +60,18 @@ have_mpi=0
 [[ -x "$build/bench/compare/mpi-perf" ]] && command -v mpirun >/dev/null && have_mpi=1 ||
   echo "bench_compare.sh: mpi-perf or mpirun missing (libopenmpi-dev, openmpi-bin); Open MPI is left out" >&2
 
+# The congestion control of kizuna's loopback connections, for tcp-ring-rate
+# ("" when that is the system's).
+case "${KIZUNA_TCP_CONGESTION:-auto}" in
+  auto) congestion=reno ;;
+  system) congestion="" ;;
+  *) congestion=$KIZUNA_TCP_CONGESTION ;;
+esac
+ring_rate() { "$build/bench/compare/tcp-ring-rate" --seconds 2 ${congestion:+--congestion "$congestion"} "$@"; }
+
 rm -rf "$out"
 mkdir -p "$out"
+cat /proc/sys/net/ipv4/tcp_congestion_control >"$out/tcp-congestion.txt" 2>/dev/null || true
 source "$root/bench/compare/launcher.sh"
 
 mpi() {
@@ -99,12 +112,15 @@ for ((rep = 1; rep <= reps; rep++)); do
   "$build/bench/bench_reduce" --benchmark_filter='^(BM_memcpy|BM_reduce/float32)/67108864$' \
     --benchmark_format=json --benchmark_out="$out/memory-r$rep.json" --benchmark_out_format=json >/dev/null
   for n in $worlds; do
-    "$build/bench/compare/tcp-ring-rate" --procs "$n" --seconds 2 | tee "$out/tcp-ring-n$n-r$rep.txt" | tail -1
+    ring_rate --procs "$n" | tee "$out/tcp-ring-n$n-r$rep.txt" | tail -1
     # The same from memory, as the largest all-reduce's data comes, once
     # that is beyond the caches.
     if ((max_bytes >= 8 << 20)); then
-      "$build/bench/compare/tcp-ring-rate" --procs "$n" --seconds 2 --block "$max_bytes" |
-        tee "$out/tcp-stream-n$n-r$rep.txt" | tail -1
+      ring_rate --procs "$n" --block "$max_bytes" | tee "$out/tcp-stream-n$n-r$rep.txt" | tail -1
+    fi
+    # What Gloo and Open MPI get: the system's congestion control.
+    if [[ -n $congestion ]]; then
+      "$build/bench/compare/tcp-ring-rate" --procs "$n" --seconds 2 | tee "$out/tcp-system-n$n-r$rep.txt" | tail -1
     fi
     for transport in shm tcp; do
       for algo in auto ring tree; do

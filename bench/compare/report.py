@@ -9,7 +9,10 @@ scripts/bench_compare.sh into the generated sections of docs/performance.md
 Input (DIR):
     <config>-n<world>-r<rep>.json   kizuna-perf / gloo-perf / mpi-perf --json output
     memory-r<rep>.json              bench_reduce --benchmark_format=json (memcpy, reduce float32)
-    tcp-ring-n<world>-r<rep>.txt    tcp-ring-rate output
+    tcp-ring-n<world>-r<rep>.txt    tcp-ring-rate output, kizuna's congestion control, 1 MiB blocks
+    tcp-stream-n<world>-r<rep>.txt  the same with blocks of the largest size (when measured)
+    tcp-system-n<world>-r<rep>.txt  the system's congestion control, 1 MiB blocks (when it differs)
+    tcp-congestion.txt              the system's congestion control (its name)
 Every figure is a median over the repetitions <rep>; the spread shown is
 half the range (max - min) over the repetitions, relative to the median.
 
@@ -242,10 +245,28 @@ def load_memory(results):
     return median_spread(copy), median_spread(reduce), len(copy)
 
 
+def load_congestion(results):
+    """(kizuna's congestion control in tcp-ring-rate's runs or None when it is the system's,
+    the system's name or "the system's")."""
+    kizuna = None
+    for path in glob.glob(os.path.join(results, "tcp-ring-n*-r*.txt")):
+        with open(path) as f:
+            m = re.search(r"GB/s per direction congestion (\S+)", f.read())
+        if m:
+            kizuna = m.group(1)
+    system = "the system's"
+    path = os.path.join(results, "tcp-congestion.txt")
+    if os.path.exists(path):
+        with open(path) as f:
+            system = f.read().strip() or system
+    return kizuna, system
+
+
 def load_tcp(results, kind="tcp-ring"):
     """{world: (median, spread)} of tcp-ring-rate's mean per-direction rate, GB/s:
     kind tcp-ring (1 MiB blocks, the default), tcp-stream (blocks of the largest size,
-    measured only when that is beyond the caches)."""
+    measured only when that is beyond the caches), both under kizuna's congestion control;
+    tcp-system (1 MiB blocks under the system's, measured only when kizuna's differs)."""
     rates = {}
     for path in sorted(glob.glob(os.path.join(results, f"{kind}-n*-r*.txt"))):
         world = int(re.search(kind + r"-n(\d+)-", path).group(1))
@@ -350,6 +371,8 @@ def compare(args):
     (rc, rc_spread), (rr, rr_spread), mem_reps = load_memory(args.results)
     tcp = load_tcp(args.results)
     tcp_stream = load_tcp(args.results, "tcp-stream")
+    tcp_system = load_tcp(args.results, "tcp-system")
+    kizuna_cc, system_cc = load_congestion(args.results)
     cores = os.cpu_count() or 1
     out = []   # the section
     say = []   # what is printed on the terminal too
@@ -403,8 +426,11 @@ def compare(args):
         if w in tcp:
             rate, spread = tcp[w]
             what = "two processes, full duplex" if w == 2 else f"a ring of {w} processes, every edge busy"
-            out.append(f"- Loopback TCP, {what}: **{rate:.2f} GB/s** per direction (±{spread * 100:.0f}% over the repetitions; "
-                       f"`tcp-ring-rate --procs {w}`). A TCP ring all-reduce moves 2(n-1)/n S bytes "
+            under = (f", under {kizuna_cc}, the congestion control of kizuna's connections within a host"
+                     if kizuna_cc else "")
+            flag = f" --congestion {kizuna_cc}" if kizuna_cc else ""
+            out.append(f"- Loopback TCP, {what}{under}: **{rate:.2f} GB/s** per direction (±{spread * 100:.0f}% over the repetitions; "
+                       f"`tcp-ring-rate --procs {w}{flag}`). A TCP ring all-reduce moves 2(n-1)/n S bytes "
                        f"over each edge, so its busbw cannot exceed this rate.")
         if w in tcp_stream:
             rate, spread = tcp_stream[w]
@@ -412,6 +438,10 @@ def compare(args):
                        f"and received comes from memory, as a {human_size(sizes[-1])} all-reduce's data does, "
                        f"not from cache: **{rate:.2f} GB/s** (±{spread * 100:.0f}%). The target is judged "
                        f"against the rate above.")
+        if w in tcp_system:
+            rate, spread = tcp_system[w]
+            out.append(f"  Under the system's congestion control ({system_cc}), which Gloo's and Open MPI's "
+                       f"connections keep, with 1 MiB blocks: **{rate:.2f} GB/s** (±{spread * 100:.0f}%).")
     out.append("")
 
     # Targets.
