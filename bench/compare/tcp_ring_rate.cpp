@@ -7,6 +7,10 @@
 //   tcp-ring-rate --procs 4                      a ring of four: p -> p+1, each at once
 //   tcp-ring-rate --congestion reno              under Reno, as kizuna's connections within
 //                                                a host are (KIZUNA_TCP_CONGESTION=auto)
+//   tcp-ring-rate --io single                    one thread per process, non-blocking
+//                                                calls interleaved, as a kizuna rank
+//   tcp-ring-rate --duplex one                   2 processes, both directions on one
+//                                                connection, as on a kizuna link
 //
 // The parent opens one loopback connection per ring edge (p -> p+1 mod n),
 // forks n processes and lets them start together. Process p has a sender
@@ -15,17 +19,21 @@
 // counts the bytes that arrive between the end of a warm-up (a quarter of
 // the run) and the end; rate = bytes / that time, in GB/s (1e9 B/s). With
 // two processes the two edges are the two directions of one full-duplex
-// path.
+// path. --io single and --duplex one change those two choices, to measure
+// what each costs.
 //
 // Output, one line per edge and a summary that scripts read:
 //   edge 0->1 2.041 GB/s
 //   edge 1->0 2.017 GB/s
 //   tcp-ring-rate procs 2 min 2.017 mean 2.029 GB/s per direction
-// (with --congestion, the summary line ends "congestion NAME").
+// (with --congestion, the summary line ends "congestion NAME", then
+// "io single" and "duplex one" when asked for).
 // Exit status: 0 done, 1 a socket or process failure, 2 bad usage.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,12 +90,33 @@ std::pair<int, int> loopback_pair(const std::string& congestion) {
   return {client, server};
 }
 
-// Process p: send to `out` and receive from `in` for `seconds`, starting at
-// the shared `start` time; returns the receive rate in bytes per second.
-double run_process(int out, int in, Clock::time_point start, double seconds, std::size_t block) {
-  const auto warm = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds / 4));
-  const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  std::this_thread::sleep_until(start);
+// Counts the bytes received between the end of the warm-up and the end of
+// the run; rate() is bytes per second over that time.
+class Counter {
+ public:
+  Counter(Clock::time_point warm, Clock::time_point end) : warm_(warm), end_(end) {}
+  void add(std::size_t n) {
+    const auto now = Clock::now();
+    if (!counting_ && now >= warm_) counting_ = true, from_ = now;
+    else if (counting_ && !finished_) {
+      counted_ += n;
+      if (now >= end_) finished_ = true, until_ = now;
+    }
+  }
+  double rate() {
+    if (!finished_) until_ = Clock::now();
+    const double elapsed = std::chrono::duration<double>(until_ - from_).count();
+    return elapsed > 0 ? static_cast<double>(counted_) / elapsed : 0.0;
+  }
+
+ private:
+  Clock::time_point warm_, end_, from_{}, until_{};
+  std::uint64_t counted_ = 0;
+  bool counting_ = false, finished_ = false;
+};
+
+// A thread per direction, blocking calls: `block` bytes per send.
+double run_threads(int out, int in, Clock::time_point end, Counter& counter, std::size_t block) {
   std::thread sender([&] {
     std::vector<char> buf(block, 1);
     while (Clock::now() < end) {
@@ -104,9 +133,6 @@ double run_process(int out, int in, Clock::time_point start, double seconds, std
     ::shutdown(out, SHUT_WR);
   });
   std::vector<char> buf(block);
-  std::uint64_t counted = 0;
-  Clock::time_point counting_from{}, counted_until{};
-  bool counting = false, finished = false;
   for (;;) {
     const ssize_t n = ::recv(in, buf.data(), block, 0);
     if (n < 0) {
@@ -114,17 +140,49 @@ double run_process(int out, int in, Clock::time_point start, double seconds, std
       die("recv");
     }
     if (n == 0) break;
-    const auto now = Clock::now();
-    if (!counting && now >= warm) counting = true, counting_from = now;
-    else if (counting && !finished) {
-      counted += static_cast<std::uint64_t>(n);
-      if (now >= end) finished = true, counted_until = now;
-    }
+    counter.add(static_cast<std::size_t>(n));
   }
   sender.join();
-  if (!finished) counted_until = Clock::now();
-  const double elapsed = std::chrono::duration<double>(counted_until - counting_from).count();
-  return elapsed > 0 ? static_cast<double>(counted) / elapsed : 0.0;
+  return counter.rate();
+}
+
+// One thread, non-blocking calls interleaved, as a kizuna rank's executor
+// drives its links: up to 512 KiB per send and 256 KiB per receive (its
+// reduce staging), poll() when neither moves.
+double run_single(int out, int in, Clock::time_point end, Counter& counter, std::size_t block) {
+  ::fcntl(out, F_SETFL, ::fcntl(out, F_GETFL) | O_NONBLOCK);
+  ::fcntl(in, F_SETFL, ::fcntl(in, F_GETFL) | O_NONBLOCK);
+  std::vector<char> send_buf(block, 1), recv_buf(block);
+  std::size_t sent = 0;  // of the current block
+  bool sending = true;
+  for (;;) {
+    bool moved = false;
+    if (sending && Clock::now() >= end) sending = false, ::shutdown(out, SHUT_WR);
+    if (sending) {
+      const ssize_t n = ::send(out, send_buf.data() + sent, std::min<std::size_t>(block - sent, 512 << 10), MSG_NOSIGNAL);
+      if (n > 0) sent = (sent + static_cast<std::size_t>(n)) % block, moved = true;
+      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("send");
+    }
+    const ssize_t n = ::recv(in, recv_buf.data(), std::min<std::size_t>(block, 256 << 10), 0);
+    if (n == 0) break;
+    if (n > 0) counter.add(static_cast<std::size_t>(n)), moved = true;
+    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("recv");
+    if (!moved) {
+      pollfd fds[2] = {{in, POLLIN, 0}, {out, static_cast<short>(sending ? POLLOUT : 0), 0}};
+      ::poll(fds, 2, 10);
+    }
+  }
+  return counter.rate();
+}
+
+// Process p: send to `out` and receive from `in` for `seconds`, starting at
+// the shared `start` time; returns the receive rate in bytes per second.
+double run_process(int out, int in, Clock::time_point start, double seconds, std::size_t block, bool single) {
+  const auto warm = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds / 4));
+  const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::this_thread::sleep_until(start);
+  Counter counter(warm, end);
+  return single ? run_single(out, in, end, counter, block) : run_threads(out, in, end, counter, block);
 }
 
 long parse(const char* flag, const char* text, long min, long max) {
@@ -144,14 +202,21 @@ int main(int argc, char** argv) {
   double seconds = 2.0;
   std::size_t block = 1 << 20;
   std::string congestion;
+  bool single = false;      // --io single
+  bool one_socket = false;  // --duplex one
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: tcp-ring-rate [--procs N] [--seconds S] [--block BYTES] [--congestion NAME]\n\n"
+          "usage: tcp-ring-rate [--procs N] [--seconds S] [--block BYTES] [--congestion NAME]\n"
+          "                     [--io threads|single] [--duplex two|one]\n\n"
           "Loopback TCP rate with N processes in a ring, each sending to the next and receiving\n"
           "from the previous at once (N=2: full duplex). Defaults: 2 processes, 2 s, 1 MiB writes,\n"
-          "the system's TCP congestion control (--congestion reno: what kizuna uses within a host).\n");
+          "the system's TCP congestion control (--congestion reno: what kizuna uses within a host).\n"
+          "--io threads (default): a sender and a receiver thread per process, blocking calls;\n"
+          "--io single: one thread, non-blocking calls interleaved (a kizuna rank's executor).\n"
+          "--duplex one (2 processes only): both directions on one connection, as kizuna's links\n"
+          "are, instead of a connection per direction.\n");
       return 0;
     }
     if (i + 1 >= argc) {
@@ -162,6 +227,21 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") seconds = static_cast<double>(parse("--seconds", argv[++i], 1, 3600));
     else if (a == "--block") block = static_cast<std::size_t>(parse("--block", argv[++i], 1, 1 << 30));
     else if (a == "--congestion") congestion = argv[++i];
+    else if (a == "--io") {
+      const std::string v = argv[++i];
+      if (v != "threads" && v != "single") {
+        std::fprintf(stderr, "tcp-ring-rate: --io='%s' is not threads or single\n", v.c_str());
+        return 2;
+      }
+      single = v == "single";
+    } else if (a == "--duplex") {
+      const std::string v = argv[++i];
+      if (v != "two" && v != "one") {
+        std::fprintf(stderr, "tcp-ring-rate: --duplex='%s' is not two or one\n", v.c_str());
+        return 2;
+      }
+      one_socket = v == "one";
+    }
     else {
       std::fprintf(stderr, "tcp-ring-rate: unknown option '%s'\n", a.c_str());
       return 2;
@@ -170,7 +250,11 @@ int main(int argc, char** argv) {
 
   // Edge p: p -> p+1; process p sends on edges[p].first, receives on edges[p-1].second.
   std::vector<std::pair<int, int>> edges;
-  for (int p = 0; p < procs; ++p) edges.push_back(loopback_pair(congestion));
+  if (one_socket && procs != 2) {
+    std::fprintf(stderr, "tcp-ring-rate: --duplex one needs --procs 2\n");
+    return 2;
+  }
+  for (int p = 0; p < (one_socket ? 1 : procs); ++p) edges.push_back(loopback_pair(congestion));
   std::vector<int> results(procs);
   std::vector<pid_t> pids;
   const auto start = Clock::now() + std::chrono::milliseconds(200);
@@ -181,13 +265,13 @@ int main(int argc, char** argv) {
     if (pid < 0) die("fork");
     if (pid == 0) {
       ::close(fds[0]);
-      const int out = edges[p].first;
-      const int in = edges[(p + procs - 1) % procs].second;
+      const int out = one_socket ? (p == 0 ? edges[0].first : edges[0].second) : edges[p].first;
+      const int in = one_socket ? out : edges[(p + procs - 1) % procs].second;
       for (int q = 0; q < procs; ++q) {
         if (edges[q].first != out) ::close(edges[q].first);
         if (edges[q].second != in) ::close(edges[q].second);
       }
-      const double rate = run_process(out, in, start, seconds, block);
+      const double rate = run_process(out, in, start, seconds, block, single);
       if (::write(fds[1], &rate, sizeof rate) != sizeof rate) ::_exit(1);
       ::_exit(0);
     }
@@ -221,8 +305,9 @@ int main(int argc, char** argv) {
     std::printf("edge %d->%d %.3f GB/s\n", from, p, rates[p] / 1e9);
     sum += rates[p];
   }
-  std::printf("tcp-ring-rate procs %d min %.3f mean %.3f GB/s per direction%s%s\n", procs,
+  std::printf("tcp-ring-rate procs %d min %.3f mean %.3f GB/s per direction%s%s%s%s\n", procs,
               *std::min_element(rates.begin(), rates.end()) / 1e9, sum / procs / 1e9,
-              congestion.empty() ? "" : " congestion ", congestion.c_str());
+              congestion.empty() ? "" : " congestion ", congestion.c_str(), single ? " io single" : "",
+              one_socket ? " duplex one" : "");
   return 0;
 }
