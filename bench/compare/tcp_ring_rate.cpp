@@ -69,7 +69,8 @@ void set_congestion(int fd, const std::string& name) {
 
 // A connected loopback pair: {client end, accepted end}, both under
 // congestion control `congestion`, set before the connection exists (as
-// kizuna does: a socket switched from BBR afterwards keeps its pacing).
+// kizuna does: a socket switched from BBR once established kept much of
+// BBR's slowness on loopback).
 std::pair<int, int> loopback_pair(const std::string& congestion) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   if (listener < 0) die("socket");

@@ -25,9 +25,10 @@
 //             algorithms this process may choose.
 //
 // The choice is made before a connection exists, never switched away from
-// the system's afterwards: a socket that started under BBR keeps BBR's
-// pacing after a switch to Reno (the kernel does not undo it), and its
-// loopback rate stays near BBR's. So a connecting socket is set before
+// the system's afterwards: a socket switched from BBR to Reno once
+// established kept much of BBR's loopback rate (most likely because BBR
+// turns on the kernel's own pacing of the socket and the switch does not
+// turn it off; docs/performance.md has the figures). So a connecting socket is set before
 // connect(), and a listening one before listen(), since accepted
 // connections inherit the listener's choice; under auto, an accepted
 // connection from another host is then put back to the system's choice.
