@@ -245,36 +245,34 @@ def load_memory(results):
     return median_spread(copy), median_spread(reduce), len(copy)
 
 
-def load_congestion(results):
-    """(kizuna's congestion control in tcp-ring-rate's runs or None when it is the system's,
-    the system's name or "the system's")."""
-    kizuna = None
-    for path in glob.glob(os.path.join(results, "tcp-ring-n*-r*.txt")):
-        with open(path) as f:
-            m = re.search(r"GB/s per direction congestion (\S+)", f.read())
-        if m:
-            kizuna = m.group(1)
-    system = "the system's"
+def load_system_congestion(results):
+    """The system's congestion control (its name), or "the system's" when not recorded."""
     path = os.path.join(results, "tcp-congestion.txt")
     if os.path.exists(path):
         with open(path) as f:
-            system = f.read().strip() or system
-    return kizuna, system
+            return f.read().strip() or "the system's"
+    return "the system's"
 
 
 def load_tcp(results, kind="tcp-ring"):
-    """{world: (median, spread)} of tcp-ring-rate's mean per-direction rate, GB/s:
-    kind tcp-ring (1 MiB blocks, the default), tcp-stream (blocks of the largest size,
-    measured only when that is beyond the caches), both under kizuna's congestion control;
-    tcp-system (1 MiB blocks under the system's, measured only when kizuna's differs)."""
+    """({world: (median, spread)} of tcp-ring-rate's mean per-direction rate, GB/s; the
+    congestion control the runs name, or None for the system's). kind tcp-ring (1 MiB blocks,
+    the default), tcp-stream (blocks of the largest size, measured only when that is beyond
+    the caches), both under kizuna's congestion control; tcp-system (1 MiB blocks under the
+    system's, measured only when kizuna's differs)."""
     rates = {}
+    congestion = None
     for path in sorted(glob.glob(os.path.join(results, f"{kind}-n*-r*.txt"))):
         world = int(re.search(kind + r"-n(\d+)-", path).group(1))
         with open(path) as f:
-            m = re.search(r"tcp-ring-rate procs \d+ min ([\d.]+) mean ([\d.]+)", f.read())
+            text = f.read()
+        m = re.search(r"tcp-ring-rate procs \d+ min ([\d.]+) mean ([\d.]+)", text)
         if m:
             rates.setdefault(world, []).append(float(m.group(2)))
-    return {w: median_spread(v) for w, v in rates.items()}
+        named = re.search(r"GB/s per direction congestion (\S+)", text)
+        if named:
+            congestion = named.group(1)
+    return {w: median_spread(v) for w, v in rates.items()}, congestion
 
 
 # Line colours: one per kizuna algorithm (solid for shm, dashed for tcp), one for
@@ -369,10 +367,10 @@ def compare(args):
     sizes = sorted({r["size"] for docs in runs.values() for doc in docs for r in doc["results"]})
     reps = repetitions(runs)
     (rc, rc_spread), (rr, rr_spread), mem_reps = load_memory(args.results)
-    tcp = load_tcp(args.results)
-    tcp_stream = load_tcp(args.results, "tcp-stream")
-    tcp_system = load_tcp(args.results, "tcp-system")
-    kizuna_cc, system_cc = load_congestion(args.results)
+    tcp, kizuna_cc = load_tcp(args.results)
+    tcp_stream, _ = load_tcp(args.results, "tcp-stream")
+    tcp_system, _ = load_tcp(args.results, "tcp-system")
+    system_cc = load_system_congestion(args.results)
     cores = os.cpu_count() or 1
     out = []   # the section
     say = []   # what is printed on the terminal too
