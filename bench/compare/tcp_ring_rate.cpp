@@ -11,6 +11,10 @@
 //                                                calls interleaved, as a kizuna rank
 //   tcp-ring-rate --duplex one                   2 processes, both directions on one
 //                                                connection, as on a kizuna link
+//   tcp-ring-rate --recv spin --recv-bytes 262144
+//                                                the receiver thread retries non-blocking
+//                                                receives of 256 KiB at once (poll: sleeps
+//                                                in poll() when the socket is empty)
 //
 // The parent opens one loopback connection per ring edge (p -> p+1 mod n),
 // forks n processes and lets them start together. Process p has a sender
@@ -20,14 +24,15 @@
 // the run) and the end; rate = bytes / that time, in GB/s (1e9 B/s). With
 // two processes the two edges are the two directions of one full-duplex
 // path. --io single and --duplex one change those two choices, to measure
-// what each costs.
+// what each costs; --recv and --recv-bytes change how the receiver thread
+// waits and how much it asks for per call.
 //
 // Output, one line per edge and a summary that scripts read:
 //   edge 0->1 2.041 GB/s
 //   edge 1->0 2.017 GB/s
 //   tcp-ring-rate procs 2 min 2.017 mean 2.029 GB/s per direction
 // (with --congestion, the summary line ends "congestion NAME", then
-// "io single" and "duplex one" when asked for).
+// "io single", "duplex one" and "recv spin|poll BYTES" when asked for).
 // Exit status: 0 done, 1 a socket or process failure, 2 bad usage.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -116,8 +121,14 @@ class Counter {
   bool counting_ = false, finished_ = false;
 };
 
-// A thread per direction, blocking calls: `block` bytes per send.
-double run_threads(int out, int in, Clock::time_point end, Counter& counter, std::size_t block) {
+// How the receiver thread of --io threads waits for data.
+enum class RecvWait { Block, Spin, Poll };
+
+// A thread per direction: `block` bytes per blocking send; receives of up
+// to `recv_bytes`, blocking, or non-blocking and retried at once (Spin) or
+// after poll() says the socket is readable (Poll).
+double run_threads(int out, int in, Clock::time_point end, Counter& counter, std::size_t block,
+                   RecvWait wait, std::size_t recv_bytes) {
   std::thread sender([&] {
     std::vector<char> buf(block, 1);
     while (Clock::now() < end) {
@@ -133,11 +144,18 @@ double run_threads(int out, int in, Clock::time_point end, Counter& counter, std
     }
     ::shutdown(out, SHUT_WR);
   });
-  std::vector<char> buf(block);
+  std::vector<char> buf(recv_bytes);
   for (;;) {
-    const ssize_t n = ::recv(in, buf.data(), block, 0);
+    const ssize_t n = ::recv(in, buf.data(), recv_bytes, wait == RecvWait::Block ? 0 : MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (wait == RecvWait::Poll) {
+          pollfd p{in, POLLIN, 0};
+          ::poll(&p, 1, 10);
+        }
+        continue;
+      }
       die("recv");
     }
     if (n == 0) break;
@@ -178,12 +196,14 @@ double run_single(int out, int in, Clock::time_point end, Counter& counter, std:
 
 // Process p: send to `out` and receive from `in` for `seconds`, starting at
 // the shared `start` time; returns the receive rate in bytes per second.
-double run_process(int out, int in, Clock::time_point start, double seconds, std::size_t block, bool single) {
+double run_process(int out, int in, Clock::time_point start, double seconds, std::size_t block, bool single,
+                   RecvWait wait, std::size_t recv_bytes) {
   const auto warm = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds / 4));
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::this_thread::sleep_until(start);
   Counter counter(warm, end);
-  return single ? run_single(out, in, end, counter, block) : run_threads(out, in, end, counter, block);
+  return single ? run_single(out, in, end, counter, block)
+                : run_threads(out, in, end, counter, block, wait, recv_bytes);
 }
 
 long parse(const char* flag, const char* text, long min, long max) {
@@ -205,19 +225,24 @@ int main(int argc, char** argv) {
   std::string congestion;
   bool single = false;      // --io single
   bool one_socket = false;  // --duplex one
+  RecvWait wait = RecvWait::Block;  // --recv
+  std::size_t recv_bytes = 0;       // --recv-bytes (0: --block)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf(
           "usage: tcp-ring-rate [--procs N] [--seconds S] [--block BYTES] [--congestion NAME]\n"
-          "                     [--io threads|single] [--duplex two|one]\n\n"
+          "                     [--io threads|single] [--duplex two|one]\n"
+          "                     [--recv block|spin|poll] [--recv-bytes BYTES]\n\n"
           "Loopback TCP rate with N processes in a ring, each sending to the next and receiving\n"
           "from the previous at once (N=2: full duplex). Defaults: 2 processes, 2 s, 1 MiB writes,\n"
           "the system's TCP congestion control (--congestion reno: what kizuna uses within a host).\n"
           "--io threads (default): a sender and a receiver thread per process, blocking calls;\n"
           "--io single: one thread, non-blocking calls interleaved (a kizuna rank's executor).\n"
           "--duplex one (2 processes only): both directions on one connection, as kizuna's links\n"
-          "are, instead of a connection per direction.\n");
+          "are, instead of a connection per direction.\n"
+          "--recv (with --io threads): block (default), spin (non-blocking, retried at once) or poll\n"
+          "(non-blocking, poll() when empty); --recv-bytes: bytes asked per receive (default --block).\n");
       return 0;
     }
     if (i + 1 >= argc) {
@@ -235,6 +260,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       single = v == "single";
+    } else if (a == "--recv") {
+      const std::string v = argv[++i];
+      if (v != "block" && v != "spin" && v != "poll") {
+        std::fprintf(stderr, "tcp-ring-rate: --recv='%s' is not block, spin or poll\n", v.c_str());
+        return 2;
+      }
+      wait = v == "spin" ? RecvWait::Spin : v == "poll" ? RecvWait::Poll : RecvWait::Block;
+    } else if (a == "--recv-bytes") {
+      recv_bytes = static_cast<std::size_t>(parse("--recv-bytes", argv[++i], 1, 1 << 30));
     } else if (a == "--duplex") {
       const std::string v = argv[++i];
       if (v != "two" && v != "one") {
@@ -249,6 +283,12 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (single && (wait != RecvWait::Block || recv_bytes != 0)) {
+    std::fprintf(stderr, "tcp-ring-rate: --recv and --recv-bytes apply to --io threads\n");
+    return 2;
+  }
+  const bool recv_default = wait == RecvWait::Block && recv_bytes == 0;
+  if (recv_bytes == 0) recv_bytes = block;
   // Edge p: p -> p+1; process p sends on edges[p].first, receives on edges[p-1].second.
   std::vector<std::pair<int, int>> edges;
   if (one_socket && procs != 2) {
@@ -272,7 +312,7 @@ int main(int argc, char** argv) {
         if (edges[q].first != out) ::close(edges[q].first);
         if (edges[q].second != in) ::close(edges[q].second);
       }
-      const double rate = run_process(out, in, start, seconds, block, single);
+      const double rate = run_process(out, in, start, seconds, block, single, wait, recv_bytes);
       if (::write(fds[1], &rate, sizeof rate) != sizeof rate) ::_exit(1);
       ::_exit(0);
     }
@@ -306,9 +346,13 @@ int main(int argc, char** argv) {
     std::printf("edge %d->%d %.3f GB/s\n", from, p, rates[p] / 1e9);
     sum += rates[p];
   }
-  std::printf("tcp-ring-rate procs %d min %.3f mean %.3f GB/s per direction%s%s%s%s\n", procs,
+  std::string recv_words;
+  if (!recv_default)
+    recv_words = std::string(" recv ") + (wait == RecvWait::Spin ? "spin " : wait == RecvWait::Poll ? "poll " : "block ") +
+                 std::to_string(recv_bytes);
+  std::printf("tcp-ring-rate procs %d min %.3f mean %.3f GB/s per direction%s%s%s%s%s\n", procs,
               *std::min_element(rates.begin(), rates.end()) / 1e9, sum / procs / 1e9,
               congestion.empty() ? "" : " congestion ", congestion.c_str(), single ? " io single" : "",
-              one_socket ? " duplex one" : "");
+              one_socket ? " duplex one" : "", recv_words.c_str());
   return 0;
 }
