@@ -58,12 +58,25 @@ constexpr const char* kSummary =
     "--threads N, are N threads of this process.\n"
     "Exit status: 0 all results right, 1 a wrong result or a failure, 2 bad usage.";
 
-// Algorithm::OneShot, where this build of kizuna has the one-shot path
-// (looked up at compile time, so the tool builds against either).
+// Algorithm::OneShot and Algorithm::TwoShot, where this build of kizuna has
+// them (looked up at compile time, so the tool builds against older
+// libraries too, for side-by-side runs).
 template <typename A = Algorithm>
 std::optional<A> one_shot_algorithm() {
   if constexpr (requires { A::OneShot; }) return A::OneShot;
   else return std::nullopt;
+}
+template <typename A = Algorithm>
+std::optional<A> two_shot_algorithm() {
+  if constexpr (requires { A::TwoShot; }) return A::TwoShot;
+  else return std::nullopt;
+}
+
+std::string algorithm_names() {
+  std::string names = "auto, ring, tree";
+  if (one_shot_algorithm()) names += ", oneshot";
+  if (two_shot_algorithm()) names += ", twoshot";
+  return names;
 }
 
 struct Options {
@@ -111,17 +124,15 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
             c.collective = *coll;
           });
   p.value("", "--algo", "NAME",
-          one_shot_algorithm() ? "auto (default: the cost model), ring, tree or oneshot"
-                               : "auto (default: the cost model), ring or tree",
+          "one of " + algorithm_names() + " (auto, the default: the cost model chooses per call)",
           [&](std::string_view v) {
             o.algorithm = std::string(v);
             if (v == "auto") o.algorithm_value = Algorithm::Auto;
             else if (v == "ring") o.algorithm_value = Algorithm::Ring;
             else if (v == "tree") o.algorithm_value = Algorithm::Tree;
             else if (v == "oneshot" && one_shot_algorithm()) o.algorithm_value = *one_shot_algorithm();
-            else
-              throw UsageError("--algo='" + std::string(v) + "': accepted auto, ring, tree" +
-                               (one_shot_algorithm() ? ", oneshot" : ""));
+            else if (v == "twoshot" && two_shot_algorithm()) o.algorithm_value = *two_shot_algorithm();
+            else throw UsageError("--algo='" + std::string(v) + "': accepted " + algorithm_names());
           });
   p.value("", "--transport", "NAME", "auto (default), tcp or shm: sets KIZUNA_TRANSPORT",
           [&](std::string_view v) {

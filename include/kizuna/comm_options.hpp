@@ -13,9 +13,10 @@ class Store;
 
 // The all-reduce algorithm (and, for broadcast and reduce, Ring = pipelined
 // chain, Tree = binomial tree). OneShot: every rank sends its buffer to all
-// others and reduces locally (all-reduce only; small buffers). Auto:
-// KIZUNA_ALGO, else the cost model chooses per call.
-enum class Algorithm { Auto, Ring, Tree, OneShot };
+// others and reduces locally (all-reduce only; small buffers). TwoShot: a
+// reduce-scatter and an all-gather of one round of direct messages each
+// (all-reduce only). Auto: KIZUNA_ALGO, else the cost model chooses per call.
+enum class Algorithm { Auto, Ring, Tree, OneShot, TwoShot };
 
 // How ranks of one host talk. Auto: KIZUNA_TRANSPORT, else shared memory
 // between ranks of the same host and TCP across hosts.

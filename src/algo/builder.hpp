@@ -88,6 +88,7 @@ void binomial_broadcast(const ScheduleRequest& req, RankSchedule& out);
 void binomial_reduce(const ScheduleRequest& req, RankSchedule& out);
 void dissemination_barrier(const ScheduleRequest& req, RankSchedule& out);
 void one_shot_all_reduce(const ScheduleRequest& req, RankSchedule& out);
+void two_shot_all_reduce(const ScheduleRequest& req, RankSchedule& out);
 void hierarchical_all_reduce(const ScheduleRequest& req, RankSchedule& out);
 
 // Pipelining unit and chunk alignment, in elements.

@@ -22,6 +22,7 @@ double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,
     case Collective::AllReduce:
       if (a == Algorithm::Ring) return 2 * (N - 1) * alpha + 2 * (N - 1) / N * n * beta;
       if (a == Algorithm::OneShot) return alpha + (N - 1) * n * beta * 2;
+      if (a == Algorithm::TwoShot) return 2 * alpha + 2 * (N - 1) / N * n * beta;
       return 2 * (S + 1) * alpha + 2 * n * beta;
     case Collective::Broadcast:
     case Collective::Reduce:
@@ -37,14 +38,15 @@ double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,
 }
 
 Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const LinkModel& link,
-                           bool one_shot) {
+                           bool direct) {
   if (c != Collective::AllReduce && c != Collective::Broadcast && c != Collective::Reduce)
     return Algorithm::Ring;
   if (c == Collective::AllReduce && world > 1 && bytes >= link.tree_all_reduce_from) return Algorithm::Tree;
   Algorithm best = Algorithm::Ring;
   double best_us = predicted_us(c, Algorithm::Ring, bytes, world, link);
-  for (Algorithm a : {Algorithm::Tree, Algorithm::OneShot}) {
-    if (a == Algorithm::OneShot && !(one_shot && c == Collective::AllReduce)) continue;
+  for (Algorithm a : {Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot}) {
+    const bool is_direct = a == Algorithm::OneShot || a == Algorithm::TwoShot;
+    if (is_direct && !(direct && c == Collective::AllReduce)) continue;
     const double us = predicted_us(c, a, bytes, world, link);
     if (us < best_us) best = a, best_us = us;
   }

@@ -7,11 +7,20 @@
 //   all-reduce ring   2(N-1) alpha + 2(N-1)/N n beta    bandwidth-optimal
 //   all-reduce tree   2(S+1) alpha + 2 n beta           fewer hops: small n, large N
 //   all-reduce 1-shot alpha + (N-1) n beta (+ N-1 local folds) one round: tiny n
+//   all-reduce 2-shot 2 alpha + 2(N-1)/N n beta         two rounds of direct messages
 //   bcast/reduce chain   (N-1) alpha + n beta           pipelined: large n
 //   bcast/reduce binomial S alpha + S n beta            fewer hops: small n
 //
+// The one- and two-shot forms send to every peer at once, so their terms
+// assume that a rank's messages to different peers travel side by side, as
+// they do between the ranks of one host; across hosts they would share one
+// NIC, and the model is told not to consider them (`direct` below). Where
+// they are considered, two-shot costs no more than the ring for any n, and
+// the ring is left for 2 ranks (where both are the same schedule) and for
+// several hosts.
+//
 // The transports supply alpha and beta (measured defaults per transport);
-// KIZUNA_ALGO=ring|tree bypasses the model.
+// KIZUNA_ALGO=ring|tree|oneshot|twoshot bypasses the model.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +42,9 @@ double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,
                     const LinkModel& link);
 
 // The fastest algorithm for this call under `link`; Ring for collectives
-// that have no other form, and on ties. One-shot only when `one_shot` (it
-// pays off only where a message costs little: shared memory).
+// that have no other form, and on ties. One-shot and two-shot only when
+// `direct` (every rank on one host).
 Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const LinkModel& link,
-                           bool one_shot = false);
+                           bool direct = false);
 
 }  // namespace kizuna::algo

@@ -47,8 +47,11 @@ enum class Collective : std::uint8_t {
 // broadcast and reduce. Tree: double binary tree all-reduce, binomial tree
 // broadcast and reduce. OneShot: every rank sends its buffer to every other
 // and reduces all of them locally, in rank order (all-reduce of small
-// buffers). Collectives that have no tree or one-shot form run as Ring.
-enum class Algorithm : std::uint8_t { Ring, Tree, OneShot };
+// buffers). TwoShot: a reduce-scatter and an all-gather, each one round of
+// direct messages (all-reduce of mid-sized buffers where ranks outnumber
+// cores). Collectives that have no tree, one-shot or two-shot form run as
+// Ring.
+enum class Algorithm : std::uint8_t { Ring, Tree, OneShot, TwoShot };
 
 enum class StepOp : std::uint8_t { Send, Recv, RecvReduce, RecvReduceSend, RecvCopySend, Copy, LocalReduce };
 

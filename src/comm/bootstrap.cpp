@@ -10,6 +10,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "transport/tcp/congestion.hpp"
 #include "transport/tcp/tcp_connect.hpp"
 #include "transport/shm/shm_link.hpp"
 #include "transport/tcp/tcp_link.hpp"
@@ -215,8 +216,11 @@ Connected bootstrap(Store& store, const std::string& name, int rank, int world_s
   transport::Hello hello{out.topology.comm_id, rank, world_size, self.incarnation};
   const std::vector<int> fds = transport::connect_peers(listener, hello, connect_to, accept_from, deadline);
   out.links.resize(world_size);
-  for (int r = 0; r < world_size; ++r)
-    if (fds[r] >= 0) out.links[r] = transport::make_tcp_link(r, fds[r]);
+  for (int r = 0; r < world_size; ++r) {
+    if (fds[r] < 0) continue;
+    if (out.tcp_congestion.empty()) out.tcp_congestion = transport::congestion_of(fds[r]);
+    out.links[r] = transport::make_tcp_link(r, fds[r]);
+  }
   setup_shm(store, name, rank, options, out, deadline);
   KIZUNA_LOG(Debug) << "rank " << rank << " of " << name << ": connected to " << world_size - 1
                     << " peers from " << local_address << ":" << listener.port() << ", "

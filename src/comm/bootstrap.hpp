@@ -57,6 +57,10 @@ struct Connected {
   std::unique_ptr<ShmSegments> shm;                     // null when no pair uses shared memory
   std::vector<std::unique_ptr<transport::Link>> links;  // by rank; null for self
   int local_ranks = 1;                                  // ranks on this node, this one included
+  // The congestion control of this rank's TCP connections as the kernel
+  // reports it (from the first one; every connection within a host gets the
+  // same); empty when it has none.
+  std::string tcp_congestion;
 };
 
 enum class TransportChoice { Auto, Tcp, Shm };

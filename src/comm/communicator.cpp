@@ -140,7 +140,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::uint64_t slice_bytes = 0;
   bool check = false;
   algo::LinkModel link_model;
-  bool one_shot = false;       // the cost model may pick one-shot (one node)
+  bool single_host = false;    // the cost model may pick one- or two-shot (one node)
   bool hierarchical = false;   // all-reduce goes node-local first (several nodes, shared memory)
 
   comm::Topology topology;
@@ -561,8 +561,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     if (algo_override == Algorithm::Tree) return algo::Algorithm::Tree;
     if (algo_override == Algorithm::OneShot)
       return t.collective == Collective::AllReduce ? algo::Algorithm::OneShot : algo::Algorithm::Ring;
+    if (algo_override == Algorithm::TwoShot)
+      return t.collective == Collective::AllReduce ? algo::Algorithm::TwoShot : algo::Algorithm::Ring;
     return algo::choose_algorithm(t.collective, t.count * size_of(t.dtype),
-                                  hierarchical ? topology.nodes : world, link_model, one_shot);
+                                  hierarchical ? topology.nodes : world, link_model, single_host);
   }
 
   // Runs (or resumes) a task and finishes its Work; false, with nothing
@@ -903,6 +905,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     impl->algo_override = env.algo == core::Env::Algo::Ring      ? Algorithm::Ring
                           : env.algo == core::Env::Algo::Tree    ? Algorithm::Tree
                           : env.algo == core::Env::Algo::OneShot ? Algorithm::OneShot
+                          : env.algo == core::Env::Algo::TwoShot ? Algorithm::TwoShot
                                                                  : Algorithm::Auto;
   impl->slice_bytes = options.slice_bytes ? options.slice_bytes : env.slice_bytes;
   impl->check = options.check.value_or(env.check);
@@ -937,23 +940,34 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   // (the topology, the configuration), never from local accidents such as
   // a shared-memory fallback on one rank.
   const bool shared_memory = boot.transport != comm::TransportChoice::Tcp;
-  // One-shot on one node, over shared memory or loopback TCP: measured
-  // faster than ring and tree up to 64 KiB there (one round of messages
-  // instead of 2 log N), which the alpha-beta model predicts; across nodes
-  // its N-1 messages per rank are left unmeasured, and off.
-  impl->one_shot = impl->topology.nodes == 1;
-  impl->hierarchical = shared_memory && impl->topology.nodes > 1;
-  if (shared_memory && impl->one_shot) impl->link_model = algo::LinkModel{2.0, 1.0 / 8000.0};  // shm: ~2 us, ~8 GB/s
-  // Spin while waiting only when every rank of the node has a core to itself.
+  // Every rank of one node sees the same cores, so they agree on this.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const bool oversubscribed = connected.local_ranks > cores;
+  // One- and two-shot on one node, over shared memory or loopback TCP,
+  // where a rank's messages to its peers travel side by side; across nodes
+  // they would share a NIC, and are left off. Measured on one node: one-shot
+  // ahead up to tens of KiB, two-shot from there, level with the ring at
+  // the largest sizes (docs/performance.md), as the model predicts.
+  impl->single_host = impl->topology.nodes == 1;
+  impl->hierarchical = shared_memory && impl->topology.nodes > 1;
+  // Shared memory: ~8 GB/s, and ~2 us a round when every rank has a core.
+  // With more ranks than cores a round costs a wake-up of a descheduled
+  // peer instead: one-shot all-reduces took ~15-20 us at 4 B to 1 KiB with
+  // 4 ranks on 2 cores, which puts the one-shot/two-shot crossover near
+  // the measured 32 KiB.
+  if (shared_memory && impl->single_host)
+    impl->link_model = algo::LinkModel{oversubscribed ? 15.0 : 2.0, 1.0 / 8000.0};
   // Measured, not modelled: over loopback TCP with more ranks than cores
-  // (4 ranks on 2), the double binary tree moves large all-reduces 1.2-1.9x
-  // faster than the ring, whose every step needs all ranks scheduled, while
-  // the alpha-beta model, which sees independent links, ranks them the
-  // other way (docs/performance.md). Every rank of one node sees the same
-  // cores, so they agree.
-  if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2)
+  // (4 ranks on 2) and connections paced by BBR (KIZUNA_TCP_CONGESTION
+  // other than auto, on a system whose default is BBR), the double binary
+  // tree moved 1-64 MiB all-reduces 1.1x faster than the ring (median of 8
+  // pairs, 1.0-1.8x): BBR's pacing, not the CPU, sets the rate, and the
+  // ring's every step needs all ranks scheduled. The alpha-beta model,
+  // which sees independent links, ranks them the other way. Under Reno
+  // (what auto gives connections within a host) the ring is ahead instead,
+  // 1.4x (median of 12 pairs; docs/performance.md).
+  if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2 &&
+      connected.tcp_congestion == "bbr")
     impl->link_model.tree_all_reduce_from = 1 << 20;
   const int spin_us = env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 200;
   impl->executor->set_spin(std::chrono::microseconds(spin_us), oversubscribed ? 4 : 16);

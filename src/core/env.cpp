@@ -179,9 +179,10 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
     else if (value == "ring") env.algo = Algo::Ring;
     else if (value == "tree") env.algo = Algo::Tree;
     else if (value == "oneshot") env.algo = Algo::OneShot;
+    else if (value == "twoshot") env.algo = Algo::TwoShot;
     else
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_ALGO='", *v,
-                   "' is not an algorithm; accepted: auto, ring, tree, oneshot");
+                   "' is not an algorithm; accepted: auto, ring, tree, oneshot, twoshot");
   }
   if (auto v = lookup("KIZUNA_SLICE_BYTES")) {
     env.slice_bytes = parse_size("KIZUNA_SLICE_BYTES", *v);

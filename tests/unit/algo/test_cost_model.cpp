@@ -27,3 +27,25 @@ TEST_CASE("a measured tree crossover overrides the model for large all-reduces o
         choose_algorithm(Collective::AllReduce, (1 << 20) - 4, 4, LinkModel{}));
   CHECK(choose_algorithm(Collective::Broadcast, 64 << 20, 4, loopback) == Algorithm::Ring);
 }
+
+TEST_CASE("within one host the model picks one-shot for tiny all-reduces and two-shot above", "[cost]") {
+  const LinkModel shm{2.0, 1.0 / 8000.0};            // every rank has a core
+  const LinkModel oversubscribed{15.0, 1.0 / 8000.0};  // a round costs a peer's wake-up
+  const bool direct = true;
+  CHECK(choose_algorithm(Collective::AllReduce, 64, 4, shm, direct) == Algorithm::OneShot);
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 10, 4, shm, direct) == Algorithm::TwoShot);
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 4, shm, direct) == Algorithm::TwoShot);
+  CHECK(choose_algorithm(Collective::AllReduce, 16 << 10, 4, oversubscribed, direct) == Algorithm::OneShot);
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 10, 4, oversubscribed, direct) == Algorithm::TwoShot);
+  // two-shot never costs more than the ring...
+  for (int world : {3, 4, 8, 33})
+    for (std::uint64_t bytes : {4ull, 1ull << 16, 1ull << 26})
+      CHECK(predicted_us(Collective::AllReduce, Algorithm::TwoShot, bytes, world, shm) <=
+            predicted_us(Collective::AllReduce, Algorithm::Ring, bytes, world, shm));
+  // ...and with 2 ranks it is the ring's schedule, so the tie goes to the ring
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 2, shm, direct) == Algorithm::Ring);
+  // across hosts neither is considered, nor for other collectives
+  CHECK(choose_algorithm(Collective::AllReduce, 64, 4, shm) == Algorithm::Ring);
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 4, shm) == Algorithm::Ring);
+  CHECK(choose_algorithm(Collective::Broadcast, 64 << 20, 4, shm, direct) == Algorithm::Ring);
+}

@@ -20,7 +20,7 @@ constexpr Collective kCollectives[] = {Collective::AllReduce, Collective::AllGat
 TEST_CASE("every schedule is correct on the simulator for worlds 1..33", "[schedule]") {
   const int world = GENERATE(range(1, 34));
   for (Collective coll : kCollectives) {
-    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot}) {
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot}) {
       std::vector<std::uint64_t> counts{0, 1, 13, 1009};
       if (world > 2) counts.push_back(world - 1);
       for (std::uint64_t count : counts) {
@@ -54,6 +54,7 @@ TEST_CASE("every dtype x op for the reducing collectives", "[schedule]") {
       for (auto [coll, algo] : {std::pair{Collective::AllReduce, Algorithm::Ring},
                                 std::pair{Collective::AllReduce, Algorithm::Tree},
                                 std::pair{Collective::AllReduce, Algorithm::OneShot},
+                                std::pair{Collective::AllReduce, Algorithm::TwoShot},
                                 std::pair{Collective::ReduceScatter, Algorithm::Ring},
                                 std::pair{Collective::Reduce, Algorithm::Ring},
                                 std::pair{Collective::Reduce, Algorithm::Tree}}) {
@@ -78,7 +79,7 @@ TEST_CASE("every dtype x op for the reducing collectives", "[schedule]") {
 TEST_CASE("large buffers with realistic slices", "[schedule]") {
   for (int world : {2, 3, 4, 8}) {
     for (Collective coll : kCollectives) {
-      for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree}) {
+      for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::TwoShot}) {
         SimCase c;
         c.collective = coll;
         c.algorithm = algo;
@@ -138,7 +139,7 @@ TEST_CASE("hierarchical all-reduce is correct for many node layouts", "[schedule
   }
   for (const auto& nodes : layouts) {
     const int world = static_cast<int>(nodes.size());
-    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree}) {
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::TwoShot}) {
       for (std::uint64_t count : {0ull, 1ull, 13ull, 1009ull, 300007ull}) {
         for (bool in_place : {false, true}) {
           SimCase c;
@@ -189,4 +190,36 @@ TEST_CASE("one-shot all-reduce sends one message to every peer and reduces in ra
   }
   CHECK(sent_to.size() == 4);
   CHECK(reduced_from == std::vector<int>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("two-shot all-reduce moves 2(N-1)/N of the buffer per rank in two rounds of direct messages", "[schedule]") {
+  algo::ScheduleRequest req;
+  req.world_size = 4;
+  req.rank = 1;
+  req.count = 4096;  // chunks of 1024
+  req.slice_bytes = 1 << 20;
+  req.algorithm = Algorithm::TwoShot;
+  const algo::RankSchedule s = algo::make_schedule(req);
+  CHECK(s.algorithm == Algorithm::TwoShot);
+  std::vector<algo::StepOp> ops;
+  std::vector<int> sent_to, received_from;
+  std::uint64_t sent = 0;
+  for (const auto& step : s.steps) {
+    ops.push_back(step.op);
+    if (step.sends()) sent_to.push_back(step.send_peer), sent += step.count;
+    if (step.receives()) received_from.push_back(step.recv_peer);
+  }
+  using algo::StepOp;
+  // round 1: chunk q to rank q; fold the peers' pieces of chunk 1; round 2:
+  // chunk 1 to everyone, everyone's chunk into place.
+  CHECK(ops == std::vector<StepOp>{StepOp::Send, StepOp::Send, StepOp::Send, StepOp::RecvReduce,
+                                   StepOp::RecvReduce, StepOp::RecvReduce, StepOp::Send, StepOp::Send,
+                                   StepOp::Send, StepOp::Recv, StepOp::Recv, StepOp::Recv});
+  CHECK(sent_to == std::vector<int>{2, 3, 0, 2, 3, 0});
+  CHECK(received_from == std::vector<int>{0, 3, 2, 0, 3, 2});
+  CHECK(sent == 2 * 3 * 4096 / 4);
+  CHECK(s.steps[0].src_offset == 2 * 1024);  // chunk 2 of the input to rank 2
+  CHECK(s.steps[3].src == algo::Buffer::Input);  // the first fold starts from our own input
+  CHECK(s.steps[4].src == algo::Buffer::Output);
+  CHECK(s.steps[3].dst_offset == 1024);
 }

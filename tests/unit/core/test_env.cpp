@@ -117,7 +117,8 @@ TEST_CASE("KIZUNA_STORE_TOKEN, KIZUNA_ALGO, KIZUNA_SLICE_BYTES, KIZUNA_CHECK, KI
   CHECK(parse({{"KIZUNA_ALGO", "ring"}}).algo == Env::Algo::Ring);
   CHECK(parse({{"KIZUNA_ALGO", "Tree"}}).algo == Env::Algo::Tree);
   CHECK(parse({{"KIZUNA_ALGO", "oneshot"}}).algo == Env::Algo::OneShot);
-  CHECK(error_of({{"KIZUNA_ALGO", "butterfly"}}).find("accepted: auto, ring, tree, oneshot") !=
+  CHECK(parse({{"KIZUNA_ALGO", "twoshot"}}).algo == Env::Algo::TwoShot);
+  CHECK(error_of({{"KIZUNA_ALGO", "butterfly"}}).find("accepted: auto, ring, tree, oneshot, twoshot") !=
         std::string::npos);
   CHECK(parse({}).slice_bytes == 512 * 1024);
   CHECK(parse({{"KIZUNA_SLICE_BYTES", "1M"}}).slice_bytes == 1 << 20);
