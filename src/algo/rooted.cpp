@@ -12,7 +12,7 @@
 //
 // Binomial tree, N = 8 (positions):
 //          0
-//       /  |  \
+//       /  |  \      positions, not ranks
 //      1   2   4     parent(v) = v with its highest set bit cleared,
 //     / \   \         children(v) = v + 2^k for every 2^k > v.
 //    3   5   6

@@ -199,7 +199,7 @@ TEST_CASE("1, 2 and 4 local workers pass the all-reduce check", "[launcher]") {
   CHECK(contains(r.output, "all " + std::to_string(n) + " workers exited with code 0"));
 }
 
-TEST_CASE("kizuna-run --bind auto and core pin each worker to its own CPU when they fit; none leaves them be", "[launcher]") {
+TEST_CASE("kizuna-run --bind auto and core pin each worker to its own CPU when they fit, none leaves them be", "[launcher]") {
   const std::vector<int> cpus = allowed_cpus();
   const int n = static_cast<int>(std::min<std::size_t>(cpus.size(), 2));
   const std::string all = cpu_list(cpus);

@@ -111,7 +111,7 @@ TEST_CASE("ShmLink: messages of every size, both ways, copy and reduce", "[shm]"
   }
 }
 
-TEST_CASE("ShmLink: a wrong tag is a Mismatch; a dead peer is PeerLost", "[shm]") {
+TEST_CASE("ShmLink: a wrong tag is a Mismatch, a dead peer is PeerLost", "[shm]") {
   {
     ShmPair p;
     int v = 1, w = 0;

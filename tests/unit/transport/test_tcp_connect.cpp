@@ -38,7 +38,7 @@ bool closed_by_server(int fd) {
 
 }  // namespace
 
-TEST_CASE("strangers, other communicators and stale peers are refused; real peers connect",
+TEST_CASE("strangers, other communicators and stale peers are refused, real peers connect",
           "[tcp_connect]") {
   TcpListener l0("127.0.0.1"), l1("127.0.0.1");
   const std::uint64_t comm = 77, inc0 = 1000, inc1 = 1001;
