@@ -51,7 +51,7 @@ int code_exit(kizuna::ErrorCode c) { return 10 + static_cast<int>(c); }
 
 }  // namespace
 
-TEST_CASE("processes run every collective correctly", "[multiproc]") {
+TEST_CASE("processes run all-reduce and all-gather correctly with every algorithm", "[multiproc]") {
   const int n = GENERATE(2, 3, 4);
   const std::string transport = GENERATE("tcp", "shm");
   CAPTURE(n, transport);

@@ -4,8 +4,9 @@
 //   0 ok, 1 wrong result, 2 bad usage, 10 + ErrorCode for a kizuna::Error.
 //
 // Scenarios:
-//   check     every collective, ring and tree, a few types, checked against
-//             the closed-form reference
+//   check     all-reduce and all-gather with each algorithm (ring, tree,
+//             one-shot, two-shot: a communicator each), a few types,
+//             checked against the closed-form reference
 //   loop      large all-reduces until an error (for the kill test)
 //   mismatch  KIZUNA_CHECK=1 with rank 1 passing a different count
 //   split     two groups (even / odd ranks) running different collectives
@@ -14,9 +15,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "collective_reference.hpp"
 #include "emulated_device.hpp"
@@ -26,12 +30,20 @@ using namespace kizuna::test;
 
 namespace {
 
-int check(Communicator& comm) {
-  const int n = comm.size();
-  const int r = comm.rank();
+int check(const std::shared_ptr<Store>& store) {
+  const int n = std::atoi(std::getenv("WORLD_SIZE"));
+  const int r = std::atoi(std::getenv("RANK"));
   int wrong = 0;
-  for (Algorithm a : {Algorithm::Ring, Algorithm::Tree}) {
-    (void)a;
+  for (auto [a, algo_name] : {std::pair{Algorithm::Ring, "ring"}, std::pair{Algorithm::Tree, "tree"},
+                              std::pair{Algorithm::OneShot, "oneshot"}, std::pair{Algorithm::TwoShot, "twoshot"}}) {
+    CommOptions options;
+    options.store = store;
+    options.rank = r;
+    options.world_size = n;
+    options.algorithm = a;
+    options.name = std::string("check/") + algo_name;
+    const auto comm_ptr = Communicator::create(options);
+    Communicator& comm = *comm_ptr;
     for (DataType t : {DataType::Float32, DataType::Int64, DataType::BFloat16}) {
       for (std::uint64_t count : {1ull, 1000ull, 300007ull}) {
         const CollectiveReference ref(t, ReduceOp::Sum);
@@ -40,7 +52,7 @@ int check(Communicator& comm) {
         comm.all_reduce(in.data(), out.data(), count, t, ReduceOp::Sum).wait();
         const std::string e = ref.compare(out.data(), count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
         if (!e.empty()) {
-          std::printf("rank %d all_reduce %s count %llu: %s\n", r, std::string(name(t)).c_str(),
+          std::printf("rank %d %s all_reduce %s count %llu: %s\n", r, algo_name, std::string(name(t)).c_str(),
                       static_cast<unsigned long long>(count), e.c_str());
           ++wrong;
         }
@@ -50,13 +62,13 @@ int check(Communicator& comm) {
           ref.input(static_cast<int>(i / count), i % count, w);
         });
         if (!g.empty()) {
-          std::printf("rank %d all_gather: %s\n", r, g.c_str());
+          std::printf("rank %d %s all_gather: %s\n", r, algo_name, g.c_str());
           ++wrong;
         }
       }
     }
+    comm.barrier().wait();
   }
-  comm.barrier().wait();
   std::printf("rank %d of %d: %s\n", r, n, wrong ? "WRONG" : "ok");
   return wrong ? 1 : 0;
 }
@@ -152,9 +164,9 @@ int main(int argc, char** argv) {
       device.emplace();
       ::setenv("KIZUNA_DEVICE", "cuda", 1);
     }
+    if (scenario == "check") return check(Store::from_env());
     auto comm = Communicator::from_env();
     if (scenario == "staged") return staged(*comm);
-    if (scenario == "check") return check(*comm);
     if (scenario == "loop") return loop(*comm);
     if (scenario == "mismatch") return mismatch(*comm);
     if (scenario == "split") return split(*comm);
