@@ -8,8 +8,8 @@
 // kind (all_reduce in place or not, broadcast, reduce, all_gather,
 // reduce_scatter, barrier, send/recv between rank pairs), size (0 to
 // --max-bytes per rank, log-uniform, so small and large both come often),
-// dtype, operator, root and communicator. There are six communicators, one
-// per transport (tcp, shm) and algorithm (ring, tree, one-shot), all with
+// dtype, operator, root and communicator. There are eight communicators, one
+// per transport (tcp, shm) and algorithm (ring, tree, one-shot, two-shot), all with
 // KIZUNA_CHECK's fingerprints on, so both transports and every schedule
 // run interleaved. Every result is compared element by element with the
 // closed-form reference of tests/support/collective_reference.hpp (exact,
@@ -41,6 +41,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collective_reference.hpp"
@@ -234,7 +235,8 @@ int soak(const Options& o) {
   const auto store = Store::from_env();
   std::vector<Channel> channels;
   for (Transport t : {Transport::Tcp, Transport::Shm})
-    for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot}) {
+    for (auto [a, algo_name] : {std::pair{Algorithm::Ring, "ring"}, std::pair{Algorithm::Tree, "tree"},
+                                std::pair{Algorithm::OneShot, "oneshot"}, std::pair{Algorithm::TwoShot, "twoshot"}}) {
       CommOptions c;
       c.store = store;
       c.rank = rank;
@@ -242,8 +244,7 @@ int soak(const Options& o) {
       c.transport = t;
       c.algorithm = a;
       c.check = true;
-      c.name = std::string("soak/") + (t == Transport::Tcp ? "tcp" : "shm") + "-" +
-               (a == Algorithm::Ring ? "ring" : a == Algorithm::Tree ? "tree" : "oneshot");
+      c.name = std::string("soak/") + (t == Transport::Tcp ? "tcp" : "shm") + "-" + algo_name;
       channels.push_back({c.name.substr(5), Communicator::create(c)});
     }
   Communicator& control = *channels[0].comm;
@@ -253,10 +254,10 @@ int soak(const Options& o) {
   control.broadcast(&seed, 1, DataType::UInt64, 0).wait();
   std::mt19937_64 g(seed);
   if (rank == 0)
-    std::printf("soak: %d ranks, %.0f s, seed %llu, up to %llu bytes per rank, 6 communicators "
-                "(tcp and shm x ring, tree, one-shot), KIZUNA_CHECK on\n",
+    std::printf("soak: %d ranks, %.0f s, seed %llu, up to %llu bytes per rank, %zu communicators "
+                "(tcp and shm x ring, tree, one-shot, two-shot), KIZUNA_CHECK on\n",
                 world, o.seconds, static_cast<unsigned long long>(seed),
-                static_cast<unsigned long long>(o.max_bytes));
+                static_cast<unsigned long long>(o.max_bytes), channels.size());
   std::fflush(stdout);
 
   Soak s(o, rank, world);
