@@ -15,7 +15,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -23,6 +22,7 @@
 #include <utility>
 
 #include "collective_reference.hpp"
+#include "core/launch_env.hpp"
 #include "emulated_device.hpp"
 
 using namespace kizuna;
@@ -31,8 +31,12 @@ using namespace kizuna::test;
 namespace {
 
 int check(const std::shared_ptr<Store>& store) {
-  const int n = std::atoi(std::getenv("WORLD_SIZE"));
-  const int r = std::atoi(std::getenv("RANK"));
+  // The rank and world size as Communicator::from_env reads them (RANK and
+  // WORLD_SIZE, or mpirun's and Slurm's variables).
+  const core::LaunchEnv launch = core::LaunchEnv::from_process();
+  launch.require_rank();
+  const int n = launch.world_size;
+  const int r = launch.rank;
   int wrong = 0;
   for (auto [a, algo_name] : {std::pair{Algorithm::Ring, "ring"}, std::pair{Algorithm::Tree, "tree"},
                               std::pair{Algorithm::OneShot, "oneshot"}, std::pair{Algorithm::TwoShot, "twoshot"}}) {
