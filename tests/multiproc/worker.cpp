@@ -19,8 +19,8 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 
+#include "algorithms.hpp"
 #include "collective_reference.hpp"
 #include "core/launch_env.hpp"
 #include "emulated_device.hpp"
@@ -38,8 +38,7 @@ int check(const std::shared_ptr<Store>& store) {
   const int n = launch.world_size;
   const int r = launch.rank;
   int wrong = 0;
-  for (auto [a, algo_name] : {std::pair{Algorithm::Ring, "ring"}, std::pair{Algorithm::Tree, "tree"},
-                              std::pair{Algorithm::OneShot, "oneshot"}, std::pair{Algorithm::TwoShot, "twoshot"}}) {
+  for (const auto& [a, algo_name] : kForcedAlgorithms) {
     CommOptions options;
     options.store = store;
     options.rank = r;

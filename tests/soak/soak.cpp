@@ -41,9 +41,9 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "algorithms.hpp"
 #include "collective_reference.hpp"
 
 using namespace kizuna;
@@ -235,8 +235,7 @@ int soak(const Options& o) {
   const auto store = Store::from_env();
   std::vector<Channel> channels;
   for (Transport t : {Transport::Tcp, Transport::Shm})
-    for (auto [a, algo_name] : {std::pair{Algorithm::Ring, "ring"}, std::pair{Algorithm::Tree, "tree"},
-                                std::pair{Algorithm::OneShot, "oneshot"}, std::pair{Algorithm::TwoShot, "twoshot"}}) {
+    for (const auto& [a, algo_name] : kForcedAlgorithms) {
       CommOptions c;
       c.store = store;
       c.rank = rank;
