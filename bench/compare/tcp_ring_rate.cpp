@@ -121,8 +121,10 @@ class Counter {
   bool counting_ = false, finished_ = false;
 };
 
-// How the receiver thread of --io threads waits for data.
+// How the receiver thread of --io threads waits for data (in the order of
+// --recv's names, kRecvWaitNames).
 enum class RecvWait { Block, Spin, Poll };
+constexpr const char* kRecvWaitNames[] = {"block", "spin", "poll"};
 
 // A thread per direction: `block` bytes per blocking send; receives of up
 // to `recv_bytes`, blocking, or non-blocking and retried at once (Spin) or
@@ -216,6 +218,19 @@ long parse(const char* flag, const char* text, long min, long max) {
   return v;
 }
 
+// The position of `text` among `names` (exits 2, saying what is accepted,
+// when it is none of them).
+template <std::size_t N>
+int choose(const char* flag, const std::string& text, const char* const (&names)[N]) {
+  std::string accepted;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (text == names[i]) return static_cast<int>(i);
+    accepted += (i ? ", " : "") + std::string(names[i]);
+  }
+  std::fprintf(stderr, "tcp-ring-rate: %s='%s' is not one of %s\n", flag, text.c_str(), accepted.c_str());
+  std::exit(2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -253,30 +268,10 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") seconds = static_cast<double>(parse("--seconds", argv[++i], 1, 3600));
     else if (a == "--block") block = static_cast<std::size_t>(parse("--block", argv[++i], 1, 1 << 30));
     else if (a == "--congestion") congestion = argv[++i];
-    else if (a == "--io") {
-      const std::string v = argv[++i];
-      if (v != "threads" && v != "single") {
-        std::fprintf(stderr, "tcp-ring-rate: --io='%s' is not threads or single\n", v.c_str());
-        return 2;
-      }
-      single = v == "single";
-    } else if (a == "--recv") {
-      const std::string v = argv[++i];
-      if (v != "block" && v != "spin" && v != "poll") {
-        std::fprintf(stderr, "tcp-ring-rate: --recv='%s' is not block, spin or poll\n", v.c_str());
-        return 2;
-      }
-      wait = v == "spin" ? RecvWait::Spin : v == "poll" ? RecvWait::Poll : RecvWait::Block;
-    } else if (a == "--recv-bytes") {
-      recv_bytes = static_cast<std::size_t>(parse("--recv-bytes", argv[++i], 1, 1 << 30));
-    } else if (a == "--duplex") {
-      const std::string v = argv[++i];
-      if (v != "two" && v != "one") {
-        std::fprintf(stderr, "tcp-ring-rate: --duplex='%s' is not two or one\n", v.c_str());
-        return 2;
-      }
-      one_socket = v == "one";
-    }
+    else if (a == "--io") single = choose("--io", argv[++i], {"threads", "single"}) == 1;
+    else if (a == "--recv") wait = static_cast<RecvWait>(choose("--recv", argv[++i], kRecvWaitNames));
+    else if (a == "--recv-bytes") recv_bytes = static_cast<std::size_t>(parse("--recv-bytes", argv[++i], 1, 1 << 30));
+    else if (a == "--duplex") one_socket = choose("--duplex", argv[++i], {"two", "one"}) == 1;
     else {
       std::fprintf(stderr, "tcp-ring-rate: unknown option '%s'\n", a.c_str());
       return 2;
@@ -348,8 +343,7 @@ int main(int argc, char** argv) {
   }
   std::string recv_words;
   if (!recv_default)
-    recv_words = std::string(" recv ") + (wait == RecvWait::Spin ? "spin " : wait == RecvWait::Poll ? "poll " : "block ") +
-                 std::to_string(recv_bytes);
+    recv_words = std::string(" recv ") + kRecvWaitNames[static_cast<int>(wait)] + " " + std::to_string(recv_bytes);
   std::printf("tcp-ring-rate procs %d min %.3f mean %.3f GB/s per direction%s%s%s%s%s\n", procs,
               *std::min_element(rates.begin(), rates.end()) / 1e9, sum / procs / 1e9,
               congestion.empty() ? "" : " congestion ", congestion.c_str(), single ? " io single" : "",
