@@ -1,6 +1,8 @@
 #include "transport/tcp/tcp_link.hpp"
 
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -9,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "core/check.hpp"
@@ -25,6 +29,12 @@ class TcpLink final : public Link {
   TcpLink(int peer, int fd, const TcpLinkOptions& options)
       : Link(peer), fd_(fd), staging_(options.staging_bytes) {}
   ~TcpLink() override {
+    // An abort notice may still sit in the kernel's send queue behind data
+    // the peer has not read yet, and closing with unread data on our side
+    // resets the connection and drops it: the peer would see a reset from
+    // this rank instead of the cause. So the close waits, until the notice's
+    // grace ends, for the peer to have it all.
+    if (notice_deadline_) wait_sent_until(*notice_deadline_);
     if (fd_ >= 0) ::close(fd_);
   }
 
@@ -97,6 +107,7 @@ class TcpLink final : public Link {
       // on our side cannot turn the close into a reset that loses the notice.
       closed_.store(true);
       ::shutdown(fd_, SHUT_WR);
+      notice_deadline_ = deadline;
     } catch (const Error&) {
       reset();
     }
@@ -137,6 +148,14 @@ class TcpLink final : public Link {
     linger off{1, 0};  // RST instead of FIN: the peer fails at once
     ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &off, sizeof off);
     close();
+  }
+
+  // Waits until the kernel's send queue (unsent and unacknowledged bytes)
+  // is empty, or the deadline.
+  void wait_sent_until(std::chrono::steady_clock::time_point deadline) const {
+    int queued = 0;
+    while (::ioctl(fd_, SIOCOUTQ, &queued) == 0 && queued > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 
   // Sends until done or the deadline; true when the queue is empty.
@@ -385,6 +404,7 @@ class TcpLink final : public Link {
   std::deque<Pending> sendq_;
   std::uint64_t sent_ = 0;
   std::vector<unsigned char> abort_body_;
+  std::optional<std::chrono::steady_clock::time_point> notice_deadline_;  // set once a notice is sent
 
   bool recv_active_ = false;
   bool recv_complete_ = false;
