@@ -72,8 +72,11 @@ TEST_CASE("History: the last completed call outlives its record", "[history]") {
 TEST_CASE("History: reports read while calls are recorded show whole records", "[history]") {
   History h;
   LiveProgress live;
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, reading{false};
   std::thread writer([&] {
+    // Not before the reader is there: on a loaded machine the writer could
+    // otherwise record all its calls before the reader reads once.
+    while (!reading.load()) std::this_thread::yield();
     for (std::uint64_t seq = 1; seq <= 100'000; ++seq) {
       const auto id = h.queued(seq, "all_reduce", DataType::Float32, seq, -1);
       h.started(id, "ring", 2);
@@ -82,7 +85,8 @@ TEST_CASE("History: reports read while calls are recorded show whole records", "
     done = true;
   });
   std::size_t reports = 0, torn = 0;
-  while (!done.load()) {
+  reading = true;
+  do {
     const std::string report = h.report(live, "");
     ++reports;
     for (std::size_t at = report.find("\n  #"); at != std::string::npos; at = report.find("\n  #", at + 1)) {
@@ -93,7 +97,7 @@ TEST_CASE("History: reports read while calls are recorded show whole records", "
           line.find(" all_reduce float32 x" + seq + ":") == std::string::npos)
         ++torn;
     }
-  }
+  } while (!done.load());
   writer.join();
   CHECK(reports > 0);
   CHECK(torn == 0);
