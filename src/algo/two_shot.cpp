@@ -7,7 +7,8 @@
 //            is not, and folds the N-1 pieces it receives into its own:
 //              out[C_r] = (((x_r op x_(r-1)) op x_(r-2)) ... op x_(r+1))
 //   round 2  every rank sends its finished chunk to every other rank and
-//            receives theirs into place.
+//            receives theirs into place. Each slice of the chunk leaves
+//            as soon as it is folded, so the rounds overlap.
 //
 // Every link carries 2(N-1)/N of the data in total per rank, as in the ring,
 // but a rank's work depends on its peers only twice per call instead of
@@ -21,7 +22,7 @@
 //   N = 3, rank 1 (chunks a b c):
 //     send c to 2; send a to 0;
 //     recv_reduce b from 0 (in b -> out b); recv_reduce b from 2 (out b);
-//     send b to 2; send b to 0;
+//     send b to 2; send b to 0;          (slice by slice when b is sliced)
 //     recv a from 0; recv c from 2
 //
 // In place (out aliasing in) the round-2 receives overwrite chunks that
@@ -53,24 +54,20 @@ void two_shot_all_reduce(const ScheduleRequest& req, RankSchedule& out) {
       w.send(q, Buffer::Input, part.offset, part.count);
     }
   }
-  // Fold the peers' pieces of our chunk, in the order they were sent to us
-  // (rank r-1 sent first to us, as its nearest peer).
-  for (int k = 1; k < n; ++k) {
-    const int from = mod(r - k, n);
-    const Buffer src = k == 1 ? Buffer::Input : Buffer::Output;
-    for (std::uint64_t s = 0; s < slice_count(own.count, se); ++s) {
-      const Range part = slice(own, se, s);
-      w.recv_reduce(from, src, part.offset, Buffer::Output, part.offset, part.count);
+  // Fold the peers' pieces of our chunk slice by slice, each slice in the
+  // order its pieces were sent to us (rank r-1 sent first to us, as its
+  // nearest peer), and send each finished slice to everyone at once
+  // (round 2) while the next one is folded: the rounds overlap, and the
+  // slice is still in cache when it leaves.
+  for (std::uint64_t s = 0; s < slice_count(own.count, se); ++s) {
+    const Range part = slice(own, se, s);
+    for (int k = 1; k < n; ++k) {
+      const Buffer src = k == 1 ? Buffer::Input : Buffer::Output;
+      w.recv_reduce(mod(r - k, n), src, part.offset, Buffer::Output, part.offset, part.count);
     }
+    for (int k = 1; k < n; ++k) w.send(mod(r + k, n), Buffer::Output, part.offset, part.count);
   }
-  // Round 2: the finished chunk to everyone, and everyone's into place.
-  for (int k = 1; k < n; ++k) {
-    const int q = mod(r + k, n);
-    for (std::uint64_t s = 0; s < slice_count(own.count, se); ++s) {
-      const Range part = slice(own, se, s);
-      w.send(q, Buffer::Output, part.offset, part.count);
-    }
-  }
+  // Everyone's finished chunk into place.
   for (int k = 1; k < n; ++k) {
     const int from = mod(r - k, n);
     const Range c = chunk(req.count, n, from, align);

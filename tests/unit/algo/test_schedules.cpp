@@ -223,3 +223,32 @@ TEST_CASE("two-shot all-reduce moves 2(N-1)/N of the buffer per rank in two roun
   CHECK(s.steps[4].src == algo::Buffer::Output);
   CHECK(s.steps[3].dst_offset == 1024);
 }
+
+TEST_CASE("two-shot sends each folded slice of its chunk to everyone before folding the next", "[schedule]") {
+  algo::ScheduleRequest req;
+  req.world_size = 4;
+  req.rank = 1;
+  req.count = 4096;  // chunks of 1024 elements, two slices each
+  req.elem_size = 4;
+  req.slice_bytes = 512 * 4;
+  req.algorithm = Algorithm::TwoShot;
+  const algo::RankSchedule s = algo::make_schedule(req);
+  using algo::StepOp;
+  std::vector<StepOp> ops;
+  for (const auto& step : s.steps) ops.push_back(step.op);
+  const std::vector<StepOp> fold_and_send{StepOp::RecvReduce, StepOp::RecvReduce, StepOp::RecvReduce,
+                                          StepOp::Send,       StepOp::Send,       StepOp::Send};
+  std::vector<StepOp> expected(6, StepOp::Send);  // round 1: 3 chunks of 2 slices
+  for (int slice = 0; slice < 2; ++slice) expected.insert(expected.end(), fold_and_send.begin(), fold_and_send.end());
+  expected.insert(expected.end(), 6, StepOp::Recv);
+  CHECK(ops == expected);
+  // Slice 0 of chunk 1 (elements 1024..1535) is folded from ranks 0, 3, 2
+  // and leaves for ranks 2, 3, 0 before slice 1 is touched.
+  for (int i = 6; i < 12; ++i) CHECK(s.steps[i].dst_offset == 1024);
+  for (int i = 12; i < 18; ++i) CHECK(s.steps[i].dst_offset == 1536);
+  CHECK(s.steps[6].recv_peer == 0);
+  CHECK(s.steps[7].recv_peer == 3);
+  CHECK(s.steps[8].recv_peer == 2);
+  CHECK(s.steps[9].send_peer == 2);
+  CHECK(s.steps[11].send_peer == 0);
+}
