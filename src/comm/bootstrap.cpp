@@ -2,8 +2,9 @@
 
 #include <unistd.h>
 
-#include <fstream>
 #include <algorithm>
+#include <bit>
+#include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -46,6 +47,11 @@ std::string network_namespace() {
     if (c == ' ') c = '_';
   return ns;
 }
+
+// A segment older than this whose process is gone is left over from a
+// set-up that was killed; a set-up that still runs has a deadline (the store
+// timeout, 60 s by default) well inside it.
+constexpr std::chrono::minutes kStaleSegmentAge{10};
 
 std::chrono::milliseconds left(Clock::time_point deadline) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -119,7 +125,12 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
   transport::shm::Geometry g;
   g.channels = static_cast<std::uint32_t>(local.size());
   g.slot_bytes = 64 << 10;
-  g.slots = static_cast<std::uint32_t>(std::max<std::uint64_t>(4, options.shm_bytes / g.slot_bytes));
+  // A power of two (transport/shm/layout.hpp): KIZUNA_SHM_BYTES rounded down.
+  g.slots = static_cast<std::uint32_t>(std::bit_floor(std::max<std::uint64_t>(4, options.shm_bytes / g.slot_bytes)));
+  // What a rank killed during an earlier set-up on this host left behind.
+  for (const std::string& stale : transport::shm::remove_stale_segments(kStaleSegmentAge))
+    KIZUNA_LOG(Info) << "rank " << rank << ": removed shared memory " << stale
+                     << ", left behind by a process that is gone";
   auto shm = std::make_unique<ShmSegments>();
   std::string status;
   try {

@@ -11,8 +11,9 @@
 //   [slots of channel 0][slots of channel 1]...
 //   slot = SlotHeader (64 B) + slot_bytes of payload
 //
-// A channel is a ring of `slots` slots. The sender numbers the slots it
-// publishes 1, 2, 3, ... (wrapping at 2^32) and publishes one by storing
+// A channel is a ring of `slots` slots, a power of two (so that slot
+// number % slots stays in step when the numbers wrap at 2^32). The sender
+// numbers the slots it publishes 1, 2, 3, ... and publishes one by storing
 // its number in the slot's `ready` flag (release) after the header and the
 // payload; the receiver waits for the number it expects in the next slot's
 // flag (acquire), so data and flag travel together. `tail` counts slots the
@@ -89,6 +90,18 @@ struct Geometry {
            (static_cast<std::size_t>(c) * slots + s) * slot_stride();
   }
   std::size_t total_bytes() const { return slot_offset(channels, 0); }
+  // What a segment may declare: at least one channel, a power-of-two
+  // number of slots, slots of 64 B .. 1 GiB, and a size that fits 64 bits
+  // (a peer's header is checked with this before its size is computed).
+  bool valid() const {
+    constexpr std::uint64_t kMaxSlotBytes = 1ull << 30;
+    if (channels == 0 || slots == 0 || (slots & (slots - 1)) != 0 || slot_bytes < 64 || slot_bytes > kMaxSlotBytes)
+      return false;
+    std::uint64_t per_channel = 0, all = 0;
+    return !__builtin_mul_overflow(std::uint64_t{slots}, slot_stride(), &per_channel) &&
+           !__builtin_mul_overflow(per_channel, std::uint64_t{channels}, &all) &&
+           all <= (1ull << 62);
+  }
 };
 
 }  // namespace kizuna::transport::shm

@@ -1,13 +1,17 @@
 #include "transport/shm/segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <new>
 
 #include "core/check.hpp"
@@ -37,6 +41,8 @@ Segment& Segment::operator=(Segment&& o) noexcept {
 }
 
 Segment Segment::create(const std::string& name, const Geometry& g, std::uint64_t comm_id, int owner) {
+  KIZUNA_CHECK_ARG(g.valid(), "shared memory ", name, ": ", g.channels, " channels of ", g.slots,
+                   " slots of ", g.slot_bytes, " bytes (slots must be a power of two)");
   Segment s;
   s.name_ = name;
   s.geometry_ = g;
@@ -109,6 +115,9 @@ Segment Segment::map(const std::string& name, std::uint64_t comm_id, int owner) 
     KIZUNA_THROW(ErrorCode::Mismatch, "shared memory ", name, " is not rank ", owner,
                  "'s segment of this communicator (stale or foreign)");
   s.geometry_ = Geometry{h->channels, h->slots, h->slot_bytes};
+  if (!s.geometry_.valid())
+    KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " declares ", h->channels,
+                 " channels of ", h->slots, " slots of ", h->slot_bytes, " bytes, which no kizuna segment has");
   if (s.geometry_.total_bytes() > s.bytes_)
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " is truncated");
   return s;
@@ -117,6 +126,31 @@ Segment Segment::map(const std::string& name, std::uint64_t comm_id, int owner) 
 void Segment::unlink() {
   if (linked_) ::shm_unlink(name_.c_str());
   linked_ = false;
+}
+
+std::vector<std::string> remove_stale_segments(std::chrono::seconds min_age) {
+  std::vector<std::string> removed;
+  DIR* dir = ::opendir("/dev/shm");
+  if (!dir) return removed;
+  const std::time_t now = std::time(nullptr);
+  while (const dirent* e = ::readdir(dir)) {
+    // kizuna-<pid>-<hex id>-<rank>, as bootstrap names them; nothing else.
+    unsigned long pid = 0, rank = 0;
+    unsigned long long id = 0;
+    int end = 0;
+    if (std::sscanf(e->d_name, "kizuna-%lu-%llx-%lu%n", &pid, &id, &rank, &end) != 3 || e->d_name[end] != '\0' ||
+        pid == 0)
+      continue;
+    struct stat st {};
+    if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::geteuid() || now - st.st_mtime < min_age.count())
+      continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to tell
+    const std::string name = std::string("/") + e->d_name;
+    if (::shm_unlink(name.c_str()) == 0) removed.push_back(name);
+  }
+  ::closedir(dir);
+  return removed;
 }
 
 std::uint64_t shm_free_bytes() {

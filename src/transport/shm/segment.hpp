@@ -10,9 +10,11 @@
 // behind in /dev/shm.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "transport/shm/layout.hpp"
 
@@ -50,5 +52,14 @@ class Segment {
 
 // Bytes free in /dev/shm, or 0 when it cannot be told.
 std::uint64_t shm_free_bytes();
+
+// A segment keeps its name only while the communicator is set up, until
+// every peer has mapped it; a rank killed in that window leaves it behind.
+// Removes the segments of kizuna communicators ("/dev/shm/kizuna-PID-ID-RANK")
+// that belong to this user, whose process is gone and that were created at
+// least `min_age` ago (so never one whose set-up may still run: a process
+// in another PID namespace sharing /dev/shm looks gone from here). Returns
+// the names removed.
+std::vector<std::string> remove_stale_segments(std::chrono::seconds min_age);
 
 }  // namespace kizuna::transport::shm

@@ -55,6 +55,10 @@ class ShmLink final : public Link {
         peer_geometry_(theirs.geometry()),
         control_(std::move(control)),
         light_(core::asymmetric_fence_available()) {
+    // The slot counters start where the channel's tail is (0 in a fresh
+    // segment); they wrap at 2^32, which a power-of-two slot count divides.
+    in_tail_ = in_->tail.load(std::memory_order_relaxed);
+    out_head_ = out_tail_cache_ = out_->tail.load(std::memory_order_relaxed);
     for (std::uint32_t s = 0; s < geometry_.slots; ++s) in_slots_.push_back(mine.slot(peer_slot, s));
     for (std::uint32_t s = 0; s < peer_geometry_.slots; ++s) out_slots_.push_back(theirs.slot(my_slot, s));
     warm_outbound();
@@ -261,6 +265,10 @@ class ShmLink final : public Link {
         KIZUNA_THROW(ErrorCode::Internal, "shared memory from rank ", peer_, ": slot at offset ",
                      h->offset, " where ", received_, " was expected");
       const std::size_t n = h->slot_bytes;
+      if (n > geometry_.slot_bytes || n > sink_.bytes - received_)
+        KIZUNA_THROW(ErrorCode::Internal, "shared memory from rank ", peer_, ": a slot of ", n,
+                     " bytes at offset ", received_, " of a ", sink_.bytes, "-byte message (slots hold ",
+                     geometry_.slot_bytes, ")");
       const unsigned char* payload = n <= kInlineBytes ? h->inline_data : slot + sizeof(SlotHeader);
       if (n) {
         auto* dst = static_cast<unsigned char*>(sink_.dst) + received_;

@@ -4,15 +4,24 @@
 // sleep and ring.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <numeric>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "core/asymmetric_fence.hpp"
 #include "transport/shm/shm_link.hpp"
@@ -32,9 +41,12 @@ std::string unique_name(const char* what) {
 struct ShmPair {
   Segment s0, s1;
   std::unique_ptr<Link> a, b;  // a: rank 0's link to rank 1; b: rank 1's link to rank 0
-  explicit ShmPair(Geometry g = {2, 4, 4096}) {
+  // `start`: where both channels' slot numbers begin (0 in a fresh segment).
+  explicit ShmPair(Geometry g = {2, 4, 4096}, std::uint32_t start = 0) {
     s0 = Segment::create(unique_name("a"), g, 42, 0);
     s1 = Segment::create(unique_name("b"), g, 42, 1);
+    s0.channel(1)->tail.store(start);
+    s1.channel(0)->tail.store(start);
     Segment m1 = Segment::map(s1.name(), 42, 1);  // rank 0's view of rank 1's segment
     Segment m0 = Segment::map(s0.name(), 42, 0);
     s0.unlink();
@@ -84,13 +96,42 @@ TEST_CASE("a foreign or stale segment is refused", "[shm]") {
 
 TEST_CASE("a /dev/shm too small is a clear error, not a crash", "[shm]") {
   const std::uint64_t too_much = shm_free_bytes() + (1ull << 30);
-  const Geometry g{2, static_cast<std::uint32_t>(too_much / (1 << 20)) + 1, 1 << 20};
+  const Geometry g{2, std::bit_ceil(static_cast<std::uint32_t>(too_much / (1 << 20)) + 1), 1 << 20};
   try {
     Segment::create(unique_name("big"), g, 1, 0);
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::SystemError);
     CHECK(std::string(e.what()).find("is /dev/shm too small?") != std::string::npos);
+  }
+}
+
+TEST_CASE("segments left by a process that is gone are removed once old enough, no others", "[shm]") {
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  REQUIRE(gone > 0);
+  REQUIRE(::waitpid(gone, nullptr, 0) == gone);
+  const std::string base = "/kizuna-";
+  const std::string stale = base + std::to_string(gone) + "-5eed-0";
+  const std::string young = base + std::to_string(gone) + "-5eed-1";
+  const std::string alive = base + std::to_string(::getpid()) + "-5eed-2";
+  const std::string other = "/kizuna-" + std::to_string(gone) + "-5eed-3-not-ours";
+  for (const std::string& name : {stale, young, alive, other}) {
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
+    if (name != young) {  // created an hour ago
+      const timespec hour_ago[2] = {{std::time(nullptr) - 3600, 0}, {std::time(nullptr) - 3600, 0}};
+      REQUIRE(::futimens(fd, hour_ago) == 0);
+    }
+    ::close(fd);
+  }
+  const std::vector<std::string> removed = remove_stale_segments(std::chrono::minutes(10));
+  CHECK(std::count(removed.begin(), removed.end(), stale) == 1);
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + stale));
+  for (const std::string& kept : {young, alive, other}) {
+    CHECK(std::filesystem::exists("/dev/shm" + kept));
+    CHECK(std::count(removed.begin(), removed.end(), kept) == 0);
+    ::shm_unlink(kept.c_str());
   }
 }
 
@@ -109,6 +150,72 @@ TEST_CASE("ShmLink: messages of every size, both ways, copy and reduce", "[shm]"
     CHECK(got == x);
     for (std::size_t i = 0; i < n; ++i) REQUIRE(sum[i] == x[i] + 2.0f);
   }
+}
+
+TEST_CASE("ShmLink: messages stay whole and in order where the slot numbers wrap at 2^32", "[shm]") {
+  // 4 slots of 4 KiB, numbers starting 6 short of the wrap: messages of 0 to
+  // 5 slots cross it at every offset within the ring.
+  ShmPair p({2, 4, 4096}, 0xffffffffu - 5);
+  std::uint32_t index = 0;
+  for (std::size_t n : {1ul, 1024ul, 1025ul, 0ul, 5000ul, 7ul, 4096ul, 3000ul, 1ul, 2ul}) {
+    CAPTURE(n, index);
+    std::vector<float> x(n), y(n), got(n), sum(n);
+    std::iota(x.begin(), x.end(), static_cast<float>(index));
+    std::fill(y.begin(), y.end(), 3.0f);
+    p.a->post_send(x.data(), n * 4, {5, index});
+    p.b->post_send(y.data(), n * 4, {5, index});
+    p.b->post_recv({got.data(), nullptr, n * 4, DataType::Float32, ReduceOp::Sum}, {5, index});
+    p.a->post_recv({sum.data(), x.data(), n * 4, DataType::Float32, ReduceOp::Sum}, {5, index});
+    pump(p, [&] { return p.a->recv_done() && p.b->recv_done() && p.a->send_idle() && p.b->send_idle(); });
+    CHECK(got == x);
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(sum[i] == x[i] + 3.0f);
+    ++index;
+  }
+  CHECK(p.s1.channel(0)->tail.load() < 100);  // it did wrap
+}
+
+TEST_CASE("a segment whose header declares an impossible ring is refused", "[shm]") {
+  // A slot count that is not a power of two would put two slot numbers
+  // fewer than `slots` apart in one slot once they wrap.
+  CHECK_THROWS_AS(Segment::create(unique_name("odd"), {2, 48, 4096}, 7, 0), Error);
+  Segment s = Segment::create(unique_name("h"), {2, 4, 4096}, 7, 0);
+  auto refused = [&](auto&& change) {
+    SegmentHeader& h = *s.header();
+    const auto [slots, slot_bytes, channels] = std::tuple(h.slots, h.slot_bytes, h.channels);
+    change(h);
+    CHECK_THROWS_WITH(Segment::map(s.name(), 7, 0), Catch::Contains("which no kizuna segment has"));
+    h.slots = slots;
+    h.slot_bytes = slot_bytes;
+    h.channels = channels;
+  };
+  refused([](SegmentHeader& h) { h.slots = 3; });
+  refused([](SegmentHeader& h) { h.slots = 0; });
+  refused([](SegmentHeader& h) { h.channels = 0; });
+  refused([](SegmentHeader& h) { h.slot_bytes = ~0ull; });
+  refused([](SegmentHeader& h) {
+    h.slots = 1u << 31;
+    h.slot_bytes = 1ull << 30;
+    h.channels = ~0u;
+  });
+  CHECK_NOTHROW(Segment::map(s.name(), 7, 0));
+}
+
+TEST_CASE("ShmLink: a slot that claims more bytes than the message has left is an error, not an overrun", "[shm]") {
+  ShmPair p;
+  int v = 1;
+  std::array<int, 2> w{0, 0x5a5a};
+  p.a->post_send(&v, 4, {1, 0});  // one slot, published at once
+  auto* h = reinterpret_cast<SlotHeader*>(p.s1.slot(0, 0));
+  h->slot_bytes = 8;  // within a slot, but 4 more than the 4-byte receive has room for
+  p.b->post_recv({w.data(), nullptr, 4, DataType::Int32, ReduceOp::Sum}, {1, 0});
+  try {
+    pump(p, [] { return false; });
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::Internal);
+    CHECK_THAT(e.what(), Catch::Contains("a slot of 8 bytes at offset 0 of a 4-byte message"));
+  }
+  CHECK(w[1] == 0x5a5a);
 }
 
 TEST_CASE("ShmLink: a wrong tag is a Mismatch, a dead peer is PeerLost", "[shm]") {
