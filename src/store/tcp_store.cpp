@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "core/check.hpp"
+#include "core/close_on_exec.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "store/auth.hpp"
@@ -244,6 +245,7 @@ bool TcpStore::Impl::try_connect(Clock::time_point deadline, asio::error_code& e
                  ec.message());
   }
   socket.set_option(tcp::no_delay(true), ignored);
+  core::close_on_exec(socket.native_handle());
 
   // The server speaks first. A connection it drops before its hello (a full
   // accept queue, a restart) is worth another try; anything after is final.

@@ -31,6 +31,7 @@
 #include <unordered_set>
 
 #include "core/check.hpp"
+#include "core/close_on_exec.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "store/auth.hpp"
@@ -500,6 +501,7 @@ void Server::listen(const TcpStoreOptions& options) {
   if (ec)
     KIZUNA_THROW(ErrorCode::SystemError, "store server cannot open a socket for ", where, ": ",
                  ec.message());
+  core::close_on_exec(acceptor.native_handle());
   acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   acceptor.bind(endpoint, ec);
   if (ec == asio::error::address_in_use)
@@ -531,6 +533,7 @@ void Server::accept() {
       });
       return;
     }
+    core::close_on_exec(socket.native_handle());
     auto connection = std::make_shared<Connection>(*this, std::move(socket));
     connections.insert(connection);
     connection->start();

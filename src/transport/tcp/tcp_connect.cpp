@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/check.hpp"
+#include "core/close_on_exec.hpp"
 #include "core/log.hpp"
 #include "transport/tcp/congestion.hpp"
 
@@ -34,6 +35,7 @@ TcpListener::TcpListener(const std::string& host, const std::string& congestion)
   if (ec) KIZUNA_THROW(ErrorCode::InvalidArgument, "'", host, "' is not an IP address: ", ec.message());
   const tcp::endpoint endpoint(address, 0);
   impl_->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) core::close_on_exec(impl_->acceptor.native_handle());
   if (!ec) impl_->congestion.prepare_listener(impl_->acceptor.native_handle());
   if (!ec) impl_->acceptor.bind(endpoint, ec);
   if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
@@ -77,6 +79,7 @@ class Mesh {
         if (fds_[p.rank] < 0) missing << " " << p.rank << " (connecting to " << p.host << ":" << p.port << ")";
       for (const TcpPeer& p : accept_from)
         if (fds_[p.rank] < 0) missing << " " << p.rank << " (waiting for it to connect)";
+      if (!accept_error_.empty()) missing << "; the last accept() failed: " << accept_error_;
       KIZUNA_THROW(ErrorCode::Timeout, "rank ", self_.rank, " timed out setting up connections; no connection with rank(s)", missing.str());
     }
     return fds_;
@@ -92,7 +95,23 @@ class Mesh {
   void accept_next() {
     auto socket = std::make_shared<tcp::socket>(l_.io);
     l_.acceptor.async_accept(*socket, [this, socket](const asio::error_code& ec) {
-      if (ec) return;  // the listener closed: set-up is over
+      if (ec == asio::error::operation_aborted || !l_.acceptor.is_open()) return;  // set-up is over
+      if (ec) {
+        // Out of descriptors, most likely: say so (once per cause), keep it
+        // for the timeout's message, and accept again a little later
+        // instead of never.
+        if (accept_error_ != ec.message()) {
+          KIZUNA_LOG(Warn) << "rank " << self_.rank << ": accepting a connection failed: " << ec.message()
+                           << "; retrying";
+        }
+        accept_error_ = ec.message();
+        auto timer = std::make_shared<asio::steady_timer>(l_.io, std::chrono::milliseconds(10));
+        timer->async_wait([this, timer](const asio::error_code& wait_ec) {
+          if (!wait_ec) accept_next();
+        });
+        return;
+      }
+      core::close_on_exec(socket->native_handle());
       auto buf = std::make_shared<HelloBytes>();
       asio::async_read(*socket, asio::buffer(*buf), [this, socket, buf](const asio::error_code& ec2, std::size_t) {
         if (ec2) return;
@@ -131,6 +150,7 @@ class Mesh {
     auto socket = std::make_shared<tcp::socket>(l_.io);
     socket->open(address.is_v4() ? tcp::v4() : tcp::v6(), ec);
     if (ec) return retry(peer, backoff, "cannot open a socket: " + ec.message());
+    core::close_on_exec(socket->native_handle());
     l_.congestion.prepare_connect(socket->native_handle(), peer.host);
     socket->async_connect(tcp::endpoint(address, static_cast<unsigned short>(peer.port)),
         [this, socket, peer, backoff](const asio::error_code& ec1) {
@@ -173,6 +193,7 @@ class Mesh {
   std::map<int, std::uint64_t> accepting_;
   std::vector<int> fds_;
   int remaining_ = 0;
+  std::string accept_error_;  // the last accept() failure, for the timeout's message
 };
 
 }  // namespace

@@ -4,10 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <thread>
 
 #include "transport/tcp/tcp_connect.hpp"
@@ -84,4 +86,44 @@ TEST_CASE("a peer that never comes is a Timeout naming it", "[tcp_connect]") {
 TEST_CASE("listening on an address that is not ours is a clear error", "[tcp_connect]") {
   CHECK_THROWS_WITH(TcpListener("192.0.2.123"), Catch::Contains("cannot listen on 192.0.2.123:0"));
   CHECK_THROWS_WITH(TcpListener("not-an-ip"), Catch::Contains("is not an IP address"));
+}
+
+TEST_CASE("connections are closed on exec, so a child process cannot keep a dead rank's links open",
+          "[tcp_connect]") {
+  TcpListener l0("127.0.0.1"), l1("127.0.0.1");
+  const TcpPeer p0{0, "127.0.0.1", l0.port(), 1}, p1{1, "127.0.0.1", l1.port(), 2};
+  std::vector<int> fds1;
+  std::thread rank1([&] { fds1 = connect_peers(l1, {5, 1, 2, 2}, {}, {p0}, std::chrono::steady_clock::now() + 20s); });
+  const std::vector<int> fds0 = connect_peers(l0, {5, 0, 2, 1}, {p1}, {}, std::chrono::steady_clock::now() + 20s);
+  rank1.join();
+  CHECK((::fcntl(fds0[1], F_GETFD) & FD_CLOEXEC) != 0);
+  CHECK((::fcntl(fds1[0], F_GETFD) & FD_CLOEXEC) != 0);
+  ::close(fds0[1]);
+  ::close(fds1[0]);
+}
+
+TEST_CASE("an accept that fails (out of descriptors) is retried, not the end of accepting", "[tcp_connect]") {
+  TcpListener l0("127.0.0.1"), l1("127.0.0.1");
+  const TcpPeer p0{0, "127.0.0.1", l0.port(), 1}, p1{1, "127.0.0.1", l1.port(), 2};
+  // Rank 1 connects; rank 0 accepts while this process has no descriptor
+  // left, until a moment later.
+  std::vector<int> fds1;
+  std::thread rank1([&] { fds1 = connect_peers(l1, {6, 1, 2, 2}, {p0}, {}, std::chrono::steady_clock::now() + 20s); });
+  std::this_thread::sleep_for(100ms);  // its connection waits in rank 0's backlog
+  std::vector<int> filler;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
+  REQUIRE(errno == EMFILE);
+  std::thread release([&] {
+    std::this_thread::sleep_for(300ms);
+    for (int fd : filler) ::close(fd);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int> fds0 = connect_peers(l0, {6, 0, 2, 1}, {}, {p1}, start + 10s);
+  release.join();
+  rank1.join();
+  CHECK(fds0[1] >= 0);
+  CHECK(fds1[0] >= 0);
+  CHECK(std::chrono::steady_clock::now() - start >= 250ms);  // it waited for descriptors
+  ::close(fds0[1]);
+  ::close(fds1[0]);
 }
