@@ -201,13 +201,30 @@ std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& l
   info.rank_lines = gather_rank_lines(comm, device_name(gpu), info.transport);
 
   const bool printing = comm.rank() == 0;
+  // Rank 0 writes the results files. Whether it can is everyone's business:
+  // the others would otherwise wait for it in a collective that it never
+  // joins. So every rank learns the outcome, before the sweep (a path that
+  // cannot be written fails at once, not after the sweep) and after it.
+  auto fail_together = [&](const std::string& mine) {
+    std::int64_t failed = mine.empty() ? 0 : 1;
+    comm.all_reduce(&failed, 1, DataType::Int64, ReduceOp::Max).wait();
+    if (failed) throw Error(ErrorCode::SystemError, printing ? mine : "rank 0 could not write its results files");
+  };
+  auto write_files = [&](Report& report) -> std::string {
+    try {
+      if (!c.common.json_path.empty()) report.write_json(c.common.json_path);
+      if (!c.common.csv_path.empty()) report.write_csv(c.common.csv_path);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
   Report report(info, printing ? stdout : nullptr);
+  fail_together(printing ? write_files(report) : "");  // the files' headers alone, for now
   report.header();
   const std::int64_t wrong = run_sweep(comm, c, buffers, memory.get(), report);
   report.footer();
-  if (printing && !c.common.json_path.empty()) report.write_json(c.common.json_path);
-  if (printing && !c.common.csv_path.empty()) report.write_csv(c.common.csv_path);
-  comm.barrier().wait();
+  fail_together(printing ? write_files(report) : "");
   return wrong;
 }
 

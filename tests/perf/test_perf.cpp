@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -194,6 +195,43 @@ TEST_CASE("kizuna-perf checks every collective as 2 and 4 threads", "[perf]") {
   ::unlink(csv.c_str());
 }
 
+// Where each word of `line` ends (one past its last character).
+std::vector<std::size_t> word_ends(const std::string& line) {
+  std::vector<std::size_t> ends;
+  for (std::size_t i = 0; i < line.size(); ++i)
+    if (line[i] != ' ' && (i + 1 == line.size() || line[i + 1] == ' ')) ends.push_back(i + 1);
+  return ends;
+}
+
+TEST_CASE("kizuna-perf's column headers sit over their columns, and -c N checks N times", "[perf]") {
+  const test::ProcessResult r = run_perf({"--threads", "2", "-b", "8", "-e", "1K", "-f", "4", "-n", "1", "-w", "0",
+                                          "-c", "3"});
+  INFO(r.output);
+  REQUIRE(r.ok());
+  CHECK(r.output.find(" validation: 3 ") != std::string::npos);
+  std::istringstream in(r.output);
+  std::string header, row;
+  for (std::string line; std::getline(in, line);) {
+    if (header.empty() && line.find("#wrong") != std::string::npos) header = line;
+    if (row.empty() && table_rows(line).size() == 1) row = line;
+  }
+  REQUIRE(!header.empty());
+  REQUIRE(!row.empty());
+  std::vector<std::size_t> names = word_ends(header);
+  names.erase(names.begin());  // the leading "#"
+  CHECK(names == word_ends(row));
+}
+
+TEST_CASE("kizuna-perf: a results file that cannot be written fails every rank before the sweep", "[perf]") {
+  const auto start = std::chrono::steady_clock::now();
+  const test::ProcessResult r =
+      run_perf({"--threads", "2", "-b", "64M", "-e", "64M", "-n", "100", "--csv", "/nonexistent-dir/results.csv"});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("cannot write /nonexistent-dir/results.csv") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 30s);
+}
+
 TEST_CASE("kizuna-perf checks every type and operator, 3 threads, ring and tree", "[perf]") {
   const std::string algo = GENERATE("ring", "tree");
   const test::ProcessResult r = run_perf({"--threads", "3", "--algo", algo, "-d", "all", "-o", "all", "-b", "4",
@@ -229,7 +267,7 @@ TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
       {"-o", "xor"},
       {"-d", "complex64"},
       {"-a", "7"},
-      {"-c", "2"},
+      {"-c", "-1"},
       {"--threads", "0"},
       {"-n", "0"},
       {"stray"},
@@ -362,16 +400,25 @@ TEST_CASE("sizing and bus bandwidth follow nccl-tests", "[perf]") {
 
   Sizing s = size_for(Collective::AllReduce, 1000, 4, 3);
   CHECK((s.count == 250 && s.send_count == 250 && s.recv_count == 250 && s.bytes == 1000));
+  // A rank's part: 1000 / 4 / 3 = 83 floats, down to whole 16-byte units.
   s = size_for(Collective::AllGather, 1000, 4, 3);
-  CHECK((s.count == 83 && s.send_count == 83 && s.recv_count == 249 && s.bytes == 996));
+  CHECK((s.count == 80 && s.send_count == 80 && s.recv_count == 240 && s.bytes == 960));
   s = size_for(Collective::ReduceScatter, 1000, 4, 3);
-  CHECK((s.count == 83 && s.send_count == 249 && s.recv_count == 83 && s.bytes == 996));
+  CHECK((s.count == 80 && s.send_count == 240 && s.recv_count == 80 && s.bytes == 960));
+  s = size_for(Collective::AllGather, 1000, 8, 3);  // 41 doubles, in pairs
+  CHECK((s.count == 40 && s.recv_count == 120));
+  s = size_for(Collective::ReduceScatter, 8, 4, 2);  // less than a unit each: nothing, as in nccl-tests
+  CHECK((s.count == 0 && s.bytes == 0));
 
   CHECK(size_sweep(8, 64, 2, 0) == std::vector<std::size_t>{8, 16, 32, 64});
   CHECK(size_sweep(8, 100, 2, 0) == std::vector<std::size_t>{8, 16, 32, 64});
   CHECK(size_sweep(10, 40, 1, 10) == std::vector<std::size_t>{10, 20, 30, 40});
   CHECK(size_sweep(0, 64, 2, 0) == std::vector<std::size_t>{0});
   CHECK(size_sweep(64, 8, 2, 0).empty());
+  // Near the top of size_t the next size would overflow: the sweep ends.
+  const std::size_t top = std::numeric_limits<std::size_t>::max();
+  CHECK(size_sweep(3, top, 3, 0).size() == 40);  // 3^40 < 2^64 < 3^41
+  CHECK(size_sweep(top - 5, top, 1, 4) == std::vector<std::size_t>{top - 5, top - 1});
 
   CHECK(format_time(12.345) == "  12.35");
   CHECK(format_time(123.45) == "  123.5");

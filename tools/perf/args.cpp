@@ -132,8 +132,8 @@ void add_common_options(ArgParser& p, CommonOptions& o) {
           [&o](std::string_view v) { o.iters = static_cast<int>(parse_integer("-n", v, 1, 1 << 30)); });
   p.value("-w", "--warmup_iters", "N", "warm-up iterations per size (default 5)",
           [&o](std::string_view v) { o.warmup = static_cast<int>(parse_integer("-w", v, 0, 1 << 30)); });
-  p.value("-c", "--check", "0|1", "check every result (default 1)",
-          [&o](std::string_view v) { o.check = parse_integer("-c", v, 0, 1) == 1; });
+  p.value("-c", "--check", "N", "check every result N times, up to the first wrong one; 0: not at all (default 1)",
+          [&o](std::string_view v) { o.check = static_cast<int>(parse_integer("-c", v, 0, 1 << 20)); });
   p.value("-a", "--average", "0|1|2|3",
           "time reported: 0 rank 0's, 1 mean, 2 min, 3 max across ranks (default 1)",
           [&o](std::string_view v) { o.average = static_cast<int>(parse_integer("-a", v, 0, 3)); });

@@ -75,7 +75,7 @@ struct CommonOptions {
   std::size_t step_factor = 1;          // -f
   int iters = 20;                       // -n
   int warmup = 5;                       // -w
-  bool check = true;                    // -c
+  int check = 1;                        // -c: each result checked this many times (0: not checked)
   int average = 1;                      // -a: 0 rank 0, 1 mean, 2 min, 3 max across ranks
   std::string json_path;                // --json
   std::string csv_path;                 // --csv

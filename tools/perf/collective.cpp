@@ -1,5 +1,6 @@
 #include "collective.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 
@@ -37,6 +38,9 @@ bool has_root(Collective c) { return c == Collective::Broadcast || c == Collecti
 
 Sizing size_for(Collective c, std::size_t bytes, std::size_t elem_size, int world) {
   const std::size_t n = static_cast<std::size_t>(world);
+  // A rank's part of an all-gather or reduce-scatter is a whole number of
+  // 16-byte units, as in nccl-tests, so that the parts stay aligned.
+  const std::size_t unit = std::max<std::size_t>(1, 16 / elem_size);
   Sizing s;
   switch (c) {
     case Collective::AllReduce:
@@ -47,13 +51,13 @@ Sizing size_for(Collective c, std::size_t bytes, std::size_t elem_size, int worl
       s.bytes = s.count * elem_size;
       break;
     case Collective::AllGather:
-      s.count = bytes / elem_size / n;
+      s.count = bytes / elem_size / n / unit * unit;
       s.send_count = s.count;
       s.recv_count = s.count * n;
       s.bytes = s.recv_count * elem_size;
       break;
     case Collective::ReduceScatter:
-      s.count = bytes / elem_size / n;
+      s.count = bytes / elem_size / n / unit * unit;
       s.send_count = s.count * n;
       s.recv_count = s.count;
       s.bytes = s.send_count * elem_size;
@@ -80,10 +84,12 @@ std::vector<std::size_t> size_sweep(std::size_t min_bytes, std::size_t max_bytes
   if (min_bytes > max_bytes) return sizes;
   for (std::size_t size = min_bytes;;) {
     sizes.push_back(size);
-    const std::size_t next = step_factor > 1 ? size * step_factor : size + step_bytes;
-    // Stop at max, on a step of 0 (min 0 with a factor), and on overflow.
-    if (next <= size || next > max_bytes) break;
-    size = next;
+    // Stop at max, on a step of 0 (min 0 with a factor), and before the next
+    // size would pass max (which also keeps it from overflowing).
+    if (step_factor > 1 ? size == 0 || size > max_bytes / step_factor
+                        : step_bytes == 0 || step_bytes > max_bytes - size)
+      break;
+    size = step_factor > 1 ? size * step_factor : size + step_bytes;
   }
   return sizes;
 }

@@ -44,7 +44,7 @@ void Report::header() {
                "# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
                "iters: %d agg iters: 1 validation: %d graph: 0\n",
                i.min_bytes, i.max_bytes, by_factor ? i.step_factor : i.step_bytes,
-               by_factor ? "factor" : "bytes", i.warmup, i.iters, i.check ? 1 : 0);
+               by_factor ? "factor" : "bytes", i.warmup, i.iters, i.check);
   std::fprintf(out_, "#\n# Using devices\n");
   for (const std::string& line : i.rank_lines) std::fprintf(out_, "%s\n", line.c_str());
   std::fprintf(out_, "#\n");
@@ -52,7 +52,7 @@ void Report::header() {
                "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
                "          \n",
                "", "", "", "", "");
-  std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
+  std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
                "busbw", "#wrong");
   std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",

@@ -53,7 +53,7 @@ struct RunInfo {
   int world_size = 0;
   std::size_t min_bytes = 0, max_bytes = 0, step_bytes = 0, step_factor = 1;
   int iters = 0, warmup = 0;
-  bool check = true;
+  int check = 1;  // checks per result (0: none)
   int average = 1;
   std::vector<std::string> rank_lines;  // "#  Rank  0 Pid 123 on host ..." lines, one per rank
 };
