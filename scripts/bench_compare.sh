@@ -77,7 +77,7 @@ source "$root/bench/compare/launcher.sh"
 mpi() {
   local n=$1
   shift
-  mpirun --allow-run-as-root --oversubscribe -np "$n" "$@"
+  timeout -k 10 "$LAUNCH_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$n" "$@"
 }
 
 # run NAME COMMAND...: one configuration of one repetition; its table goes to
