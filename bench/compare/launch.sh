@@ -6,7 +6,7 @@
 # not built. Rank 0's output goes to stdout, every other rank's to stderr.
 # Exit status: 0 when every rank exits 0; otherwise the first failing rank's
 # status, after the others are stopped (SIGTERM, then SIGKILL). A watchdog
-# of LAUNCH_TIMEOUT seconds (default 1800) stops a hung job.
+# of LAUNCH_TIMEOUT seconds (default 600) stops a hung job.
 set -euo pipefail
 
 if [[ $# -lt 2 || ! $1 =~ ^[0-9]+$ || $1 -lt 1 ]]; then
@@ -15,7 +15,7 @@ if [[ $# -lt 2 || ! $1 =~ ^[0-9]+$ || $1 -lt 1 ]]; then
 fi
 n=$1
 shift
-timeout_s=${LAUNCH_TIMEOUT:-1800}
+timeout_s=${LAUNCH_TIMEOUT:-600}
 
 # A port the kernel just handed out; rank 0 binds it right after.
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -48,11 +48,6 @@ std::string network_namespace() {
   return ns;
 }
 
-// A segment older than this whose process is gone is left over from a
-// set-up that was killed; a set-up that still runs has a deadline (the store
-// timeout, 60 s by default) well inside it.
-constexpr std::chrono::minutes kStaleSegmentAge{10};
-
 std::chrono::milliseconds left(Clock::time_point deadline) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return std::max(ms, std::chrono::milliseconds(1));
@@ -85,12 +80,6 @@ PeerInfo decode_peer(const std::string& text, int rank) {
 }
 
 namespace {
-
-std::string hex(std::uint64_t v) {
-  std::ostringstream out;
-  out << std::hex << v;
-  return out.str();
-}
 
 std::set<int> parse_ranks(const std::string& text) {
   std::set<int> out;
@@ -128,17 +117,16 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
   // A power of two (transport/shm/layout.hpp): KIZUNA_SHM_BYTES rounded down.
   g.slots = static_cast<std::uint32_t>(std::bit_floor(std::max<std::uint64_t>(4, options.shm_bytes / g.slot_bytes)));
   // What a rank killed during an earlier set-up on this host left behind.
-  for (const std::string& stale : transport::shm::remove_stale_segments(kStaleSegmentAge))
+  for (const std::string& stale : transport::shm::remove_stale_segments())
     KIZUNA_LOG(Info) << "rank " << rank << ": removed shared memory " << stale
                      << ", left behind by a process that is gone";
   auto shm = std::make_unique<ShmSegments>();
   std::string status;
   try {
+    const auto ends = std::chrono::system_clock::now() +
+                      std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - Clock::now());
     shm->mine = transport::shm::Segment::create(
-        "/kizuna-" + std::to_string(::getpid()) + "-" + hex(out.topology.comm_id) + "-" +
-            std::to_string(rank),
-        g,
-        out.topology.comm_id, rank);
+        transport::shm::segment_name(::getpid(), out.topology.comm_id, rank, ends), g, out.topology.comm_id, rank);
     status = "ok " + shm->mine.name();
   } catch (const Error& e) {
     if (options.transport == TransportChoice::Shm) throw;

@@ -158,6 +158,7 @@ void Report::write_json(const std::string& path) const {
   s += "  \"iters\": " + std::to_string(i.iters) + ",\n";
   s += "  \"warmup\": " + std::to_string(i.warmup) + ",\n";
   s += "  \"check\": " + std::string(i.check ? "true" : "false") + ",\n";
+  s += "  \"checks\": " + std::to_string(i.check) + ",\n";
   s += "  \"average\": " + std::to_string(i.average) + ",\n";
   s += "  \"results\": [";
   for (std::size_t k = 0; k < rows_.size(); ++k) {

@@ -128,22 +128,31 @@ void Segment::unlink() {
   linked_ = false;
 }
 
-std::vector<std::string> remove_stale_segments(std::chrono::seconds min_age) {
+std::string segment_name(int pid, std::uint64_t comm_id, int rank, std::chrono::system_clock::time_point deadline) {
+  char name[96];
+  std::snprintf(name, sizeof name, "/kizuna-%d-%llx-%d-%lld", pid, static_cast<unsigned long long>(comm_id), rank,
+                static_cast<long long>(std::chrono::system_clock::to_time_t(deadline)));
+  return name;
+}
+
+std::vector<std::string> remove_stale_segments() {
   std::vector<std::string> removed;
   DIR* dir = ::opendir("/dev/shm");
   if (!dir) return removed;
-  const std::time_t now = std::time(nullptr);
+  const long long now = static_cast<long long>(std::time(nullptr));
   while (const dirent* e = ::readdir(dir)) {
-    // kizuna-<pid>-<hex id>-<rank>, as bootstrap names them; nothing else.
+    // kizuna-<pid>-<hex id>-<rank>-<deadline>, as segment_name() makes them; nothing else.
     unsigned long pid = 0, rank = 0;
     unsigned long long id = 0;
+    long long deadline = 0;
     int end = 0;
-    if (std::sscanf(e->d_name, "kizuna-%lu-%llx-%lu%n", &pid, &id, &rank, &end) != 3 || e->d_name[end] != '\0' ||
-        pid == 0)
+    if (std::sscanf(e->d_name, "kizuna-%lu-%llx-%lu-%lld%n", &pid, &id, &rank, &deadline, &end) != 4 ||
+        e->d_name[end] != '\0' || e->d_name[7] < '1' || e->d_name[7] > '9' || pid > 0x7fffffff ||
+        deadline + 60 > now)
       continue;
     struct stat st {};
     if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-        st.st_uid != ::geteuid() || now - st.st_mtime < min_age.count())
+        st.st_uid != ::geteuid())
       continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to tell
     const std::string name = std::string("/") + e->d_name;

@@ -55,11 +55,16 @@ std::uint64_t shm_free_bytes();
 
 // A segment keeps its name only while the communicator is set up, until
 // every peer has mapped it; a rank killed in that window leaves it behind.
-// Removes the segments of kizuna communicators ("/dev/shm/kizuna-PID-ID-RANK")
-// that belong to this user, whose process is gone and that were created at
-// least `min_age` ago (so never one whose set-up may still run: a process
-// in another PID namespace sharing /dev/shm looks gone from here). Returns
-// the names removed.
-std::vector<std::string> remove_stale_segments(std::chrono::seconds min_age);
+// Its name says until when that may take: segment_name() gives
+// "/kizuna-PID-ID-RANK-DEADLINE", DEADLINE the set-up's end in seconds
+// since the epoch.
+std::string segment_name(int pid, std::uint64_t comm_id, int rank, std::chrono::system_clock::time_point deadline);
+
+// Removes the segments named so that belong to this user, whose set-up
+// ended more than a minute ago and whose process is gone (checked too,
+// though a set-up that is over has unlinked its segment itself unless it
+// was killed: a process in another PID namespace sharing /dev/shm would
+// look gone from here). Returns the names removed.
+std::vector<std::string> remove_stale_segments();
 
 }  // namespace kizuna::transport::shm

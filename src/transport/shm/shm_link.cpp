@@ -56,7 +56,9 @@ class ShmLink final : public Link {
         control_(std::move(control)),
         light_(core::asymmetric_fence_available()) {
     // The slot counters start where the channel's tail is (0 in a fresh
-    // segment); they wrap at 2^32, which a power-of-two slot count divides.
+    // segment; a test starts elsewhere to cross the wrap, which a
+    // power-of-two slot count keeps in step). A slot's first number must
+    // not be 0, which its flag holds before anything is published.
     in_tail_ = in_->tail.load(std::memory_order_relaxed);
     out_head_ = out_tail_cache_ = out_->tail.load(std::memory_order_relaxed);
     for (std::uint32_t s = 0; s < geometry_.slots; ++s) in_slots_.push_back(mine.slot(peer_slot, s));

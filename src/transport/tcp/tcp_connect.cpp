@@ -62,6 +62,10 @@ class Mesh {
  public:
   Mesh(TcpListener::Impl& listener, const Hello& self, Clock::time_point deadline)
       : l_(listener), self_(self), deadline_(deadline), hello_(encode_hello(self)) {}
+  // A retry whose time comes once set-up is over (its timer may have
+  // expired already, too late to cancel) does nothing, even after the Mesh
+  // has gone.
+  ~Mesh() { *setting_up_ = false; }
 
   std::vector<int> run(const std::vector<TcpPeer>& connect_to, const std::vector<TcpPeer>& accept_from) {
     fds_.assign(static_cast<std::size_t>(self_.world_size), -1);
@@ -70,6 +74,7 @@ class Mesh {
     if (!accept_from.empty()) accept_next();
     for (const TcpPeer& p : connect_to) connect(p, std::chrono::milliseconds(10));
     while (remaining_ > 0 && Clock::now() < deadline_) l_.io.run_one_until(deadline_);
+    *setting_up_ = false;
     l_.io.stop();
     if (remaining_ > 0) {
       for (int fd : fds_)
@@ -105,10 +110,7 @@ class Mesh {
                            << "; retrying";
         }
         accept_error_ = ec.message();
-        auto timer = std::make_shared<asio::steady_timer>(l_.io, std::chrono::milliseconds(10));
-        timer->async_wait([this, timer](const asio::error_code& wait_ec) {
-          if (!wait_ec) accept_next();
-        });
+        after(std::chrono::milliseconds(10), [this] { accept_next(); });
         return;
       }
       core::close_on_exec(socket->native_handle());
@@ -180,9 +182,15 @@ class Mesh {
   void retry(const TcpPeer& peer, std::chrono::milliseconds backoff, const std::string& why) {
     KIZUNA_LOG(Debug) << "rank " << self_.rank << ": connecting to rank " << peer.rank << " at "
                       << peer.host << ":" << peer.port << " failed (" << why << "); retrying";
-    auto timer = std::make_shared<asio::steady_timer>(l_.io, backoff);
-    timer->async_wait([this, timer, peer, backoff](const asio::error_code& ec) {
-      if (!ec) connect(peer, std::min(backoff * 2, std::chrono::milliseconds(1000)));
+    after(backoff, [this, peer, backoff] { connect(peer, std::min(backoff * 2, std::chrono::milliseconds(1000))); });
+  }
+
+  // Runs `then` after `wait`, if set-up is still going on then.
+  template <typename Then>
+  void after(std::chrono::milliseconds wait, Then then) {
+    auto timer = std::make_shared<asio::steady_timer>(l_.io, wait);
+    timer->async_wait([timer, setting_up = setting_up_, then](const asio::error_code& ec) {
+      if (!ec && *setting_up) then();
     });
   }
 
@@ -194,6 +202,7 @@ class Mesh {
   std::vector<int> fds_;
   int remaining_ = 0;
   std::string accept_error_;  // the last accept() failure, for the timeout's message
+  std::shared_ptr<bool> setting_up_ = std::make_shared<bool>(true);
 };
 
 }  // namespace
@@ -205,7 +214,8 @@ std::vector<int> connect_peers(TcpListener& listener, const Hello& self,
   listener.impl_->io.restart();
   Mesh mesh(*listener.impl_, self, deadline);
   std::vector<int> fds = mesh.run(connect_to, accept_from);
-  // Drop whatever is still pending (strangers, the accept) before `mesh` goes.
+  // Drop whatever is still pending (strangers, the accept, retries) before
+  // `mesh` goes.
   asio::error_code ec;
   listener.impl_->acceptor.cancel(ec);
   listener.impl_->io.restart();

@@ -6,10 +6,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <filesystem>
+#include <iterator>
 #include <thread>
 
 #include "transport/tcp/tcp_connect.hpp"
@@ -109,18 +113,27 @@ TEST_CASE("an accept that fails (out of descriptors) is retried, not the end of 
   // left, until a moment later.
   std::vector<int> fds1;
   std::thread rank1([&] { fds1 = connect_peers(l1, {6, 1, 2, 2}, {p0}, {}, std::chrono::steady_clock::now() + 20s); });
-  std::this_thread::sleep_for(100ms);  // its connection waits in rank 0's backlog
+  std::this_thread::sleep_for(300ms);  // its connection waits in rank 0's backlog
+  // Few descriptors to use up: the limit lowered to what is open now, plus a few.
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, static_cast<rlim_t>(std::distance(
+                                                      std::filesystem::directory_iterator("/proc/self/fd"),
+                                                      std::filesystem::directory_iterator{})) + 16);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
   std::vector<int> filler;
   for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
   REQUIRE(errno == EMFILE);
+  const auto start = std::chrono::steady_clock::now();
   std::thread release([&] {
     std::this_thread::sleep_for(300ms);
     for (int fd : filler) ::close(fd);
   });
-  const auto start = std::chrono::steady_clock::now();
   const std::vector<int> fds0 = connect_peers(l0, {6, 0, 2, 1}, {}, {p1}, start + 10s);
   release.join();
   rank1.join();
+  ::setrlimit(RLIMIT_NOFILE, &saved);
   CHECK(fds0[1] >= 0);
   CHECK(fds1[0] >= 0);
   CHECK(std::chrono::steady_clock::now() - start >= 250ms);  // it waited for descriptors
