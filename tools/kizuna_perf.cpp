@@ -147,10 +147,28 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
             if (v != "cpu" && v != "cuda") throw UsageError("--device='" + std::string(v) + "': accepted cpu, cuda");
             o.cuda = v == "cuda";
           });
-  p.value("-t", "--threads", "N", "run N ranks as threads of this process",
+  p.value("-t", "--threads", "N",
+          "run N ranks as threads of this process (under a launcher only -t 1, nccl-tests' default, which "
+          "changes nothing)",
           [&](std::string_view v) { o.threads = static_cast<int>(parse_integer("--threads", v, 1, 1024)); });
+  p.value("-g", "--ngpus", "1", "devices per rank: always 1 (nccl-tests' flag, accepted for its command lines)",
+          [&](std::string_view v) { parse_integer("-g", v, 1, 1); });
   if (!p.parse(argc, argv)) return false;
   validate(c.common);
+  // nccl-tests' command lines say -t 1 under mpirun: one thread per process.
+  // Here --threads N makes a world of its own, which under a launcher would
+  // quietly run each process alone.
+  if (o.threads > 0) {
+    const core::LaunchEnv launch = core::LaunchEnv::from_process();
+    if (launch.rank >= 0 && launch.world_size > 1) {
+      if (o.threads > 1)
+        throw UsageError("--threads " + std::to_string(o.threads) + " runs a world of its own threads, but this " +
+                         "process is rank " + std::to_string(launch.rank) + " of " +
+                         std::to_string(launch.world_size) + " started by " + launch.source +
+                         ": drop -t/--threads (or give -t 1)");
+      o.threads = 0;  // -t 1: one rank per process, as launched
+    }
+  }
   // "-d all -o all" skips the (integer, avg) pairs; asking for one is an error.
   if (has_op(c.collective) && c.types.size() == 1 && !is_floating(c.types[0]) && c.ops.size() == 1 &&
       c.ops[0] == ReduceOp::Avg)

@@ -232,6 +232,31 @@ TEST_CASE("kizuna-perf: a results file that cannot be written fails every rank b
   CHECK(std::chrono::steady_clock::now() - start < 30s);
 }
 
+TEST_CASE("kizuna-perf takes nccl-tests' -t 1 -g 1 under a launcher as one rank per process, and refuses -t 2 there",
+          "[perf]") {
+  const std::string port = std::to_string(test::free_port());
+  auto env_of = [&](int rank) {
+    return test::ProcessGroup::Env{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                     {"MASTER_PORT", port}, {"KIZUNA_STORE_TIMEOUT", "60"}, {"KIZUNA_TIMEOUT", "60"}};
+  };
+  {
+    test::ProcessGroup group;
+    for (int r = 0; r < 2; ++r)
+      group.start({kPerf, "-t", "1", "-g", "1", "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-w", "1"}, env_of(r));
+    const auto results = group.wait(90s);
+    INFO(results.at(0).output << results.at(1).output);
+    REQUIRE(results.at(0).ok());
+    REQUIRE(results.at(1).ok());
+    CHECK(results.at(0).output.find("all_reduce, 2 ranks") != std::string::npos);
+  }
+  test::ProcessGroup group;
+  group.start({kPerf, "-t", "2", "-b", "8", "-e", "8"}, env_of(0));
+  const test::ProcessResult r = group.wait(90s).at(0);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("drop -t/--threads") != std::string::npos);
+}
+
 TEST_CASE("kizuna-perf checks every type and operator, 3 threads, ring and tree", "[perf]") {
   const std::string algo = GENERATE("ring", "tree");
   const test::ProcessResult r = run_perf({"--threads", "3", "--algo", algo, "-d", "all", "-o", "all", "-b", "4",
@@ -268,6 +293,7 @@ TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
       {"-d", "complex64"},
       {"-a", "7"},
       {"-c", "-1"},
+      {"-g", "2"},
       {"--threads", "0"},
       {"-n", "0"},
       {"stray"},
