@@ -116,10 +116,13 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
   g.slot_bytes = 64 << 10;
   // A power of two (transport/shm/layout.hpp): KIZUNA_SHM_BYTES rounded down.
   g.slots = static_cast<std::uint32_t>(std::bit_floor(std::max<std::uint64_t>(4, options.shm_bytes / g.slot_bytes)));
-  // What a rank killed during an earlier set-up on this host left behind.
-  for (const std::string& stale : transport::shm::remove_stale_segments())
-    KIZUNA_LOG(Info) << "rank " << rank << ": removed shared memory " << stale
-                     << ", left behind by a process that is gone";
+  // What a rank killed during an earlier set-up on this host left behind
+  // (one look at /dev/shm per host, by its first rank).
+  if (rank == local.front()) {
+    for (const std::string& stale : transport::shm::remove_stale_segments())
+      KIZUNA_LOG(Info) << "rank " << rank << ": removed shared memory " << stale
+                       << ", left behind by a process that is gone";
+  }
   auto shm = std::make_unique<ShmSegments>();
   std::string status;
   try {

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -95,7 +96,7 @@ struct Geometry {
   // (a peer's header is checked with this before its size is computed).
   bool valid() const {
     constexpr std::uint64_t kMaxSlotBytes = 1ull << 30;
-    if (channels == 0 || slots == 0 || (slots & (slots - 1)) != 0 || slot_bytes < 64 || slot_bytes > kMaxSlotBytes)
+    if (channels == 0 || !std::has_single_bit(slots) || slot_bytes < 64 || slot_bytes > kMaxSlotBytes)
       return false;
     std::uint64_t per_channel = 0, all = 0;
     return !__builtin_mul_overflow(std::uint64_t{slots}, slot_stride(), &per_channel) &&
