@@ -969,8 +969,14 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2 &&
       connected.tcp_congestion == "bbr")
     impl->link_model.tree_all_reduce_from = 1 << 20;
+  // With more ranks than cores, a waiting rank does not spin (the core may
+  // be the one its peer waits for) but yields the core between looks for a
+  // while before it sleeps: 4 ranks on 2 cores, 4 B .. 1 KiB all-reduce,
+  // 4-6 us against 5-13 us when it slept after a few yields
+  // (docs/performance.md).
   const int spin_us = env.spin_us >= 0 ? env.spin_us : oversubscribed ? 0 : 200;
-  impl->executor->set_spin(std::chrono::microseconds(spin_us), oversubscribed ? 4 : 16);
+  const int yield_us = env.yield_us >= 0 ? env.yield_us : oversubscribed ? 1000 : 50;
+  impl->executor->set_wait(std::chrono::microseconds(spin_us), std::chrono::microseconds(yield_us));
   // A rank that spins before it sleeps can afford a heavy fence when it
   // goes to sleep, which spares its peers a fence on every message to it
   // (transport/shm/shm_link.hpp); one that sleeps on every wait cannot.

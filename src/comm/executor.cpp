@@ -121,10 +121,11 @@ void Executor::check_peers() {
 
 template <typename Done>
 bool Executor::wait_until(Done&& done, int awaiting) {
-  Clock::time_point spin_until, next_yield;
+  Clock::time_point spin_until, yield_until, next_yield;
   if (live_) live_->awaiting.store(awaiting, std::memory_order_relaxed);
   bool announced = false;
-  int yields = 0;
+  bool yielding = false;  // past the spin: look at the clock on every round
+  bool slept = false;     // since anything moved: the spin and the yields are over
   std::vector<pollfd> fds;
   // The clock costs tens of nanoseconds here (a virtual machine's): while
   // spinning, look at it only every kClockEvery idle rounds.
@@ -136,15 +137,16 @@ bool Executor::wait_until(Done&& done, int awaiting) {
     if (done()) return true;
     if (moved) {
       idle = 0;
-      yields = 0;
+      yielding = slept = false;
       continue;
     }
     // A peer that is there answers within these first rounds: most calls
     // never look at the clock.
-    if (++idle % kClockEvery != 0 && yields == 0) continue;
+    if (++idle % kClockEvery != 0 && !yielding) continue;
     const auto now = Clock::now();
-    if (idle == kClockEvery) {
+    if (idle == kClockEvery && !slept) {
       spin_until = now + spin_;
+      yield_until = spin_until + yield_;
       next_yield = now + kSpinYieldEvery;
       if (patience_ != kHoldOn && yield_at_ == Clock::time_point::max()) yield_at_ = now + patience_;
     }
@@ -168,8 +170,12 @@ bool Executor::wait_until(Done&& done, int awaiting) {
       }
       continue;
     }
-    if (yields < yields_) {
-      ++yields;
+    // Then offer the core between every two looks, as Open MPI does when
+    // oversubscribed: with more ranks than cores the peer this rank waits
+    // for is often waiting for the core, and a sleep here would cost a
+    // wake-up on the critical path of every hop.
+    if (now < yield_until || !yielding) {
+      yielding = true;
       std::this_thread::yield();
       continue;
     }
@@ -206,7 +212,8 @@ bool Executor::wait_until(Done&& done, int awaiting) {
       transport::shm::doorbell_sleep(doorbell_, [this] { return progress_busy(); }, nap);
     }
     idle = 0;
-    yields = 0;
+    yielding = false;
+    slept = true;
   }
 }
 

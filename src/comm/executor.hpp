@@ -85,11 +85,12 @@ class Executor {
   // root cause), to be passed on unchanged.
   const transport::AbortNotice* cause() const { return cause_ ? &*cause_ : nullptr; }
 
-  // Waiting: spin on progress() for `spin`, then yield the core `yields`
-  // times, then sleep (poll() on sockets, the doorbell for shared memory).
-  void set_spin(std::chrono::microseconds spin, int yields) {
+  // Waiting: spin on progress() for `spin`, then keep looking but yield the
+  // core between looks for `yield`, then sleep (poll() on sockets, the
+  // doorbell for shared memory).
+  void set_wait(std::chrono::microseconds spin, std::chrono::microseconds yield) {
     spin_ = spin;
-    yields_ = yields;
+    yield_ = yield;
   }
   // Where run() publishes its progress (for the stuck-rank report).
   void set_live(LiveProgress* live) { live_ = live; }
@@ -136,7 +137,7 @@ class Executor {
   std::vector<PendingSend> pending_;
   transport::Link* recv_link_ = nullptr;
   std::chrono::microseconds spin_{20};
-  int yields_ = 16;
+  std::chrono::microseconds yield_{50};
   transport::shm::SegmentHeader* doorbell_ = nullptr;
   int failed_peer_ = -1;
   std::optional<transport::AbortNotice> cause_;

@@ -141,6 +141,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_SHM_BYTES",
       "KIZUNA_TCP_CONGESTION",
       "KIZUNA_SPIN_US",
+      "KIZUNA_YIELD_US",
       "KIZUNA_DUMP_ON_SIGNAL",
       "KIZUNA_DEVICE",
       "KIZUNA_CUDA_IPC",
@@ -226,6 +227,9 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   }
   if (auto v = lookup("KIZUNA_SPIN_US")) {
     if (trim_lower(*v) != "auto") env.spin_us = static_cast<int>(parse_int("KIZUNA_SPIN_US", *v, 0, 1'000'000));
+  }
+  if (auto v = lookup("KIZUNA_YIELD_US")) {
+    if (trim_lower(*v) != "auto") env.yield_us = static_cast<int>(parse_int("KIZUNA_YIELD_US", *v, 0, 1'000'000));
   }
   if (auto v = lookup("KIZUNA_DUMP_ON_SIGNAL")) env.dump_on_signal = parse_bool("KIZUNA_DUMP_ON_SIGNAL", *v);
   if (auto v = lookup("KIZUNA_DEVICE")) std::tie(env.device, env.device_index) = parse_device("KIZUNA_DEVICE", *v);

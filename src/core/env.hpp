@@ -51,6 +51,7 @@ struct Env {
   // "auto", "system" or a kernel congestion control name (transport/tcp/congestion.hpp).
   std::string tcp_congestion = "auto";                 // KIZUNA_TCP_CONGESTION
   int spin_us = -1;                                    // KIZUNA_SPIN_US (-1: auto)
+  int yield_us = -1;                                   // KIZUNA_YIELD_US (-1: auto)
   bool dump_on_signal = false;                         // KIZUNA_DUMP_ON_SIGNAL
   // KIZUNA_DEVICE: "cpu" (default), "cuda" (the GPU LOCAL_RANK picks) or
   // "cuda:N"; device_index is N, or -1.

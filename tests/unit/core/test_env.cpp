@@ -132,7 +132,7 @@ TEST_CASE("KIZUNA_STORE_TOKEN, KIZUNA_ALGO, KIZUNA_SLICE_BYTES, KIZUNA_CHECK, KI
         std::string::npos);
 }
 
-TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US", "[env]") {
+TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US, KIZUNA_YIELD_US", "[env]") {
   CHECK(parse({}).transport == Env::Transport::Auto);
   CHECK(parse({{"KIZUNA_TRANSPORT", "shm"}}).transport == Env::Transport::Shm);
   CHECK(parse({{"KIZUNA_TRANSPORT", "TCP"}}).transport == Env::Transport::Tcp);
@@ -144,6 +144,12 @@ TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US", "[env]") {
   CHECK(parse({{"KIZUNA_SPIN_US", "auto"}}).spin_us == -1);
   CHECK(parse({{"KIZUNA_SPIN_US", "20"}}).spin_us == 20);
   CHECK(error_of({{"KIZUNA_SPIN_US", "-1"}}).find("KIZUNA_SPIN_US") != std::string::npos);
+  CHECK(parse({}).yield_us == -1);
+  CHECK(parse({{"KIZUNA_YIELD_US", "AUTO"}}).yield_us == -1);
+  CHECK(parse({{"KIZUNA_YIELD_US", "0"}}).yield_us == 0);
+  CHECK(parse({{"KIZUNA_YIELD_US", "1000000"}}).yield_us == 1000000);
+  CHECK(error_of({{"KIZUNA_YIELD_US", "1000001"}}).find("KIZUNA_YIELD_US") != std::string::npos);
+  CHECK(error_of({{"KIZUNA_YIELD_US", "soon"}}).find("KIZUNA_YIELD_US") != std::string::npos);
 }
 
 TEST_CASE("KIZUNA_TCP_CONGESTION", "[env]") {
