@@ -199,7 +199,7 @@ TEST_CASE("1, 2 and 4 local workers pass the all-reduce check", "[launcher]") {
   CHECK(contains(r.output, "all " + std::to_string(n) + " workers exited with code 0"));
 }
 
-TEST_CASE("kizuna-run --bind auto and core pin each worker to its own CPU when they fit, none leaves them be", "[launcher]") {
+TEST_CASE("kizuna-run --bind auto and core pin each worker to its own CPU when they fit, none leaves them be, auto deals more workers round the CPUs", "[launcher]") {
   const std::vector<int> cpus = allowed_cpus();
   const int n = static_cast<int>(std::min<std::size_t>(cpus.size(), 2));
   const std::string all = cpu_list(cpus);
@@ -217,13 +217,22 @@ TEST_CASE("kizuna-run --bind auto and core pin each worker to its own CPU when t
       CHECK(lines[0] == "CPUS " + (bind == "none" ? all : std::to_string(cpus[rank])));
     }
   }
-  // More workers than CPUs: auto shares them all.
-  TempDir dir;
+  // More workers than CPUs: auto pins worker i to CPU i modulo their
+  // number, none leaves every worker every CPU.
   const int many = static_cast<int>(cpus.size()) + 1;
-  const JobResult r = run_launcher({"--nproc-per-node", std::to_string(many), "--", kLaunchee, "affinity", dir.path()}, 60s);
-  INFO(r.output);
-  REQUIRE(r.ok());
-  for (int rank = 0; rank < many; ++rank) CHECK(lines_of(r.output, rank) == std::vector<std::string>{"CPUS " + all});
+  for (const std::string bind : {"auto", "none"}) {
+    CAPTURE(bind);
+    TempDir dir;
+    const JobResult r = run_launcher(
+        {"--nproc-per-node", std::to_string(many), "--bind", bind, "--", kLaunchee, "affinity", dir.path()}, 60s);
+    INFO(r.output);
+    REQUIRE(r.ok());
+    for (int rank = 0; rank < many; ++rank) {
+      CAPTURE(rank);
+      const std::string want = bind == "none" ? all : std::to_string(cpus[rank % cpus.size()]);
+      CHECK(lines_of(r.output, rank) == std::vector<std::string>{"CPUS " + want});
+    }
+  }
 }
 
 TEST_CASE("workers get exactly the documented variables on top of the launcher's environment", "[launcher]") {
