@@ -58,7 +58,7 @@ constexpr const char* kSummary =
     "--threads N, are N threads of this process.\n"
     "Exit status: 0 all results right, 1 a wrong result or a failure, 2 bad usage.";
 
-// Algorithm::OneShot and Algorithm::TwoShot, where this build of kizuna has
+// Algorithm::OneShot, TwoShot and Doubling, where this build of kizuna has
 // them (looked up at compile time, so the tool builds against older
 // libraries too, for side-by-side runs).
 template <typename A = Algorithm>
@@ -71,11 +71,17 @@ std::optional<A> two_shot_algorithm() {
   if constexpr (requires { A::TwoShot; }) return A::TwoShot;
   else return std::nullopt;
 }
+template <typename A = Algorithm>
+std::optional<A> doubling_algorithm() {
+  if constexpr (requires { A::Doubling; }) return A::Doubling;
+  else return std::nullopt;
+}
 
 std::string algorithm_names() {
   std::string names = "auto, ring, tree";
   if (one_shot_algorithm()) names += ", oneshot";
   if (two_shot_algorithm()) names += ", twoshot";
+  if (doubling_algorithm()) names += ", doubling";
   return names;
 }
 
@@ -132,6 +138,7 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
             else if (v == "tree") o.algorithm_value = Algorithm::Tree;
             else if (v == "oneshot" && one_shot_algorithm()) o.algorithm_value = *one_shot_algorithm();
             else if (v == "twoshot" && two_shot_algorithm()) o.algorithm_value = *two_shot_algorithm();
+            else if (v == "doubling" && doubling_algorithm()) o.algorithm_value = *doubling_algorithm();
             else throw UsageError("--algo='" + std::string(v) + "': accepted " + algorithm_names());
           });
   p.value("", "--transport", "NAME", "auto (default), tcp or shm: sets KIZUNA_TRANSPORT",

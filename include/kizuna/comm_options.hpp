@@ -15,8 +15,10 @@ class Store;
 // chain, Tree = binomial tree). OneShot: every rank sends its buffer to all
 // others and reduces locally (all-reduce only; small buffers). TwoShot: a
 // reduce-scatter and an all-gather of one round of direct messages each
-// (all-reduce only). Auto: KIZUNA_ALGO, else the cost model chooses per call.
-enum class Algorithm { Auto, Ring, Tree, OneShot, TwoShot };
+// (all-reduce only). Doubling: recursive doubling, log2 N rounds in which
+// pairs of ranks swap and fold their buffers (all-reduce only; small
+// buffers). Auto: KIZUNA_ALGO, else the cost model chooses per call.
+enum class Algorithm { Auto, Ring, Tree, OneShot, TwoShot, Doubling };
 
 // How ranks of one host talk. Auto: KIZUNA_TRANSPORT, else shared memory
 // between ranks of the same host and TCP across hosts.

@@ -89,6 +89,7 @@ void binomial_reduce(const ScheduleRequest& req, RankSchedule& out);
 void dissemination_barrier(const ScheduleRequest& req, RankSchedule& out);
 void one_shot_all_reduce(const ScheduleRequest& req, RankSchedule& out);
 void two_shot_all_reduce(const ScheduleRequest& req, RankSchedule& out);
+void doubling_all_reduce(const ScheduleRequest& req, RankSchedule& out);
 void hierarchical_all_reduce(const ScheduleRequest& req, RankSchedule& out);
 
 // Pipelining unit and chunk alignment, in elements.

@@ -2,7 +2,7 @@
 //
 //   node A: ranks 0 1 2      node B: ranks 3 4
 //   1. reduce inside each node to its leader (lowest rank):  1,2 -> 0   4 -> 3
-//   2. all-reduce among the leaders (ring or tree):          0 <-> 3
+//   2. all-reduce among the leaders (ring, tree, doubling):  0 <-> 3
 //   3. broadcast inside each node from its leader:           0 -> 1,2   3 -> 4
 //
 // Steps 1 and 3 use the fast intra-node links (shared memory) and step 2
@@ -67,6 +67,7 @@ void hierarchical_all_reduce(const ScheduleRequest& req, RankSchedule& out) {
     top.algorithm = req.algorithm == Algorithm::OneShot ? Algorithm::Ring : req.algorithm;
     part = RankSchedule{};
     if (top.algorithm == Algorithm::Tree) tree_all_reduce(top, part);
+    else if (top.algorithm == Algorithm::Doubling) doubling_all_reduce(top, part);
     else ring_all_reduce(top, part);
     append(out, part, leaders, Buffer::Output);
   }

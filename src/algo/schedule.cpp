@@ -26,6 +26,7 @@ std::string_view name(Algorithm a) {
     case Algorithm::Tree: return "tree";
     case Algorithm::OneShot: return "oneshot";
     case Algorithm::TwoShot: return "twoshot";
+    case Algorithm::Doubling: return "doubling";
   }
   return "unknown";
 }
@@ -97,6 +98,8 @@ RankSchedule make_schedule(const ScheduleRequest& req) {
         one_shot_all_reduce(req, out);
       } else if (req.algorithm == Algorithm::TwoShot) {
         two_shot_all_reduce(req, out);
+      } else if (req.algorithm == Algorithm::Doubling) {
+        doubling_all_reduce(req, out);
       } else {
         ring_all_reduce(req, out);
       }
@@ -114,7 +117,7 @@ RankSchedule make_schedule(const ScheduleRequest& req) {
       KIZUNA_CHECK_ARG(req.root >= 0 && req.root < req.world_size, "root ", req.root,
                        " is out of range for world size ", req.world_size);
       const bool bcast = req.collective == Collective::Broadcast;
-      if (req.algorithm == Algorithm::OneShot || req.algorithm == Algorithm::TwoShot) out.algorithm = Algorithm::Ring;
+      if (req.algorithm != Algorithm::Tree) out.algorithm = Algorithm::Ring;
       if (out.algorithm == Algorithm::Tree) bcast ? binomial_broadcast(req, out) : binomial_reduce(req, out);
       else bcast ? chain_broadcast(req, out) : chain_reduce(req, out);
       break;

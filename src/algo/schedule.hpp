@@ -49,9 +49,11 @@ enum class Collective : std::uint8_t {
 // and reduces all of them locally, in rank order (all-reduce of small
 // buffers). TwoShot: a reduce-scatter and an all-gather, each one round of
 // direct messages (all-reduce of mid-sized buffers where ranks outnumber
-// cores). Collectives that have no tree, one-shot or two-shot form run as
+// cores). Doubling: recursive doubling, log2 N rounds in which pairs of
+// ranks swap and fold their whole buffers (all-reduce of small buffers).
+// Collectives that have no tree, one-shot, two-shot or doubling form run as
 // Ring.
-enum class Algorithm : std::uint8_t { Ring, Tree, OneShot, TwoShot };
+enum class Algorithm : std::uint8_t { Ring, Tree, OneShot, TwoShot, Doubling };
 
 enum class StepOp : std::uint8_t { Send, Recv, RecvReduce, RecvReduceSend, RecvCopySend, Copy, LocalReduce };
 

@@ -563,6 +563,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       return t.collective == Collective::AllReduce ? algo::Algorithm::OneShot : algo::Algorithm::Ring;
     if (algo_override == Algorithm::TwoShot)
       return t.collective == Collective::AllReduce ? algo::Algorithm::TwoShot : algo::Algorithm::Ring;
+    if (algo_override == Algorithm::Doubling)
+      return t.collective == Collective::AllReduce ? algo::Algorithm::Doubling : algo::Algorithm::Ring;
     return algo::choose_algorithm(t.collective, t.count * size_of(t.dtype),
                                   hierarchical ? topology.nodes : world, link_model, single_host);
   }
@@ -902,11 +904,12 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   impl->timeout = options.timeout.count() > 0 ? options.timeout : env.timeout;
   impl->algo_override = options.algorithm;
   if (impl->algo_override == Algorithm::Auto)
-    impl->algo_override = env.algo == core::Env::Algo::Ring      ? Algorithm::Ring
-                          : env.algo == core::Env::Algo::Tree    ? Algorithm::Tree
-                          : env.algo == core::Env::Algo::OneShot ? Algorithm::OneShot
-                          : env.algo == core::Env::Algo::TwoShot ? Algorithm::TwoShot
-                                                                 : Algorithm::Auto;
+    impl->algo_override = env.algo == core::Env::Algo::Ring       ? Algorithm::Ring
+                          : env.algo == core::Env::Algo::Tree     ? Algorithm::Tree
+                          : env.algo == core::Env::Algo::OneShot  ? Algorithm::OneShot
+                          : env.algo == core::Env::Algo::TwoShot  ? Algorithm::TwoShot
+                          : env.algo == core::Env::Algo::Doubling ? Algorithm::Doubling
+                                                                  : Algorithm::Auto;
   impl->slice_bytes = options.slice_bytes ? options.slice_bytes : env.slice_bytes;
   impl->check = options.check.value_or(env.check);
   core::set_log_rank(options.rank);
@@ -951,12 +954,22 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   impl->single_host = impl->topology.nodes == 1;
   impl->hierarchical = shared_memory && impl->topology.nodes > 1;
   // Shared memory: ~8 GB/s, and ~2 us a round when every rank has a core.
-  // With more ranks than cores a round costs a wake-up of a descheduled
-  // peer instead: one-shot all-reduces took ~15-20 us at 4 B to 1 KiB with
-  // 4 ranks on 2 cores, which puts the one-shot/two-shot crossover near
-  // the measured 32 KiB.
+  // With more ranks than cores (4 on 2, yielding while they wait), measured
+  // at 4 B .. 256 KiB: one-shot ~4-9 us to 4 KiB, doubling (two rounds)
+  // ~4-7, two-shot (two rounds of three messages) ~10-16, which fits a
+  // round of ~3 us and ~1 us for each further message, and puts the
+  // doubling/two-shot crossover near 27 KiB, where it was measured (level
+  // at 16 KiB, two-shot ahead from 64 KiB).
+  // Loopback TCP, 4 ranks on 2 cores: one-shot 27-66 us to 16 KiB,
+  // doubling 27-48, two-shot and ring 60-99 from 256 B (where every chunk
+  // has data); a further message costs about 0.4 of a round (the default
+  // round of 25 us is kept: it orders the algorithms as measured, and the
+  // doubling/two-shot crossover falls near 64 KiB, where they were level).
   if (shared_memory && impl->single_host)
-    impl->link_model = algo::LinkModel{oversubscribed ? 15.0 : 2.0, 1.0 / 8000.0};
+    impl->link_model = oversubscribed ? algo::LinkModel{3.0, 1.0 / 8000.0, 1.0}
+                                      : algo::LinkModel{2.0, 1.0 / 8000.0};
+  else if (impl->single_host)
+    impl->link_model.message_us = 10.0;
   // Measured, not modelled: over loopback TCP with more ranks than cores
   // (4 ranks on 2) and connections paced by BBR (KIZUNA_TCP_CONGESTION
   // other than auto, on a system whose default is BBR), the double binary

@@ -181,9 +181,10 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
     else if (value == "tree") env.algo = Algo::Tree;
     else if (value == "oneshot") env.algo = Algo::OneShot;
     else if (value == "twoshot") env.algo = Algo::TwoShot;
+    else if (value == "doubling") env.algo = Algo::Doubling;
     else
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_ALGO='", *v,
-                   "' is not an algorithm; accepted: auto, ring, tree, oneshot, twoshot");
+                   "' is not an algorithm; accepted: auto, ring, tree, oneshot, twoshot, doubling");
   }
   if (auto v = lookup("KIZUNA_SLICE_BYTES")) {
     env.slice_bytes = parse_size("KIZUNA_SLICE_BYTES", *v);

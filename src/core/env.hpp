@@ -40,7 +40,7 @@ struct Env {
   std::string store_prefix;                            // KIZUNA_STORE_PREFIX ("" = none)
   // KIZUNA_STORE (host:port) is read with the launcher variables, in core/launch_env.
 
-  enum class Algo { Auto, Ring, Tree, OneShot, TwoShot };
+  enum class Algo { Auto, Ring, Tree, OneShot, TwoShot, Doubling };
   Algo algo = Algo::Auto;                              // KIZUNA_ALGO
   std::uint64_t slice_bytes = 512 << 10;               // KIZUNA_SLICE_BYTES
   bool check = false;                                  // KIZUNA_CHECK

@@ -34,10 +34,11 @@ std::vector<Cell> cells(const std::string& transport) {
   std::vector<Cell> out;
   for (const char* c : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"})
     for (const char* a : {"ring", "tree"}) out.push_back({c, a});
-  // One- and two-shot all-reduce, which the cost model picks within one
-  // host: two-shot over both transports; one-shot over shared memory, where
-  // it is chosen for the widest range of sizes.
+  // One-shot, two-shot and doubling all-reduce, which the cost model picks
+  // within one host: two-shot and doubling over both transports; one-shot
+  // over shared memory, where it is chosen for the widest range of sizes.
   out.push_back({"all_reduce", "twoshot"});
+  out.push_back({"all_reduce", "doubling"});
   if (transport == "shm") out.push_back({"all_reduce", "oneshot"});
   return out;
 }

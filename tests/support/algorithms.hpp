@@ -14,6 +14,7 @@ inline constexpr std::pair<Algorithm, const char*> kForcedAlgorithms[] = {
     {Algorithm::Tree, "tree"},
     {Algorithm::OneShot, "oneshot"},
     {Algorithm::TwoShot, "twoshot"},
+    {Algorithm::Doubling, "doubling"},
 };
 
 }  // namespace kizuna::test

@@ -4,6 +4,8 @@
 // op for the reducing collectives.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "simulate_collective.hpp"
 
 using namespace kizuna;
@@ -20,7 +22,8 @@ constexpr Collective kCollectives[] = {Collective::AllReduce, Collective::AllGat
 TEST_CASE("every schedule is correct on the simulator for worlds 1..33", "[schedule]") {
   const int world = GENERATE(range(1, 34));
   for (Collective coll : kCollectives) {
-    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot}) {
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot,
+                           Algorithm::Doubling}) {
       std::vector<std::uint64_t> counts{0, 1, 13, 1009};
       if (world > 2) counts.push_back(world - 1);
       for (std::uint64_t count : counts) {
@@ -55,6 +58,7 @@ TEST_CASE("every dtype x op for the reducing collectives", "[schedule]") {
                                 std::pair{Collective::AllReduce, Algorithm::Tree},
                                 std::pair{Collective::AllReduce, Algorithm::OneShot},
                                 std::pair{Collective::AllReduce, Algorithm::TwoShot},
+                                std::pair{Collective::AllReduce, Algorithm::Doubling},
                                 std::pair{Collective::ReduceScatter, Algorithm::Ring},
                                 std::pair{Collective::Reduce, Algorithm::Ring},
                                 std::pair{Collective::Reduce, Algorithm::Tree}}) {
@@ -79,7 +83,7 @@ TEST_CASE("every dtype x op for the reducing collectives", "[schedule]") {
 TEST_CASE("large buffers with realistic slices", "[schedule]") {
   for (int world : {2, 3, 4, 8}) {
     for (Collective coll : kCollectives) {
-      for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::TwoShot}) {
+      for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::TwoShot, Algorithm::Doubling}) {
         SimCase c;
         c.collective = coll;
         c.algorithm = algo;
@@ -139,7 +143,7 @@ TEST_CASE("hierarchical all-reduce is correct for many node layouts", "[schedule
   }
   for (const auto& nodes : layouts) {
     const int world = static_cast<int>(nodes.size());
-    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::TwoShot}) {
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree, Algorithm::TwoShot, Algorithm::Doubling}) {
       for (std::uint64_t count : {0ull, 1ull, 13ull, 1009ull, 300007ull}) {
         for (bool in_place : {false, true}) {
           SimCase c;
@@ -190,6 +194,62 @@ TEST_CASE("one-shot all-reduce sends one message to every peer and reduces in ra
   }
   CHECK(sent_to.size() == 4);
   CHECK(reduced_from == std::vector<int>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("doubling all-reduce swaps with one partner per round in log2 N rounds", "[schedule]") {
+  // What a rank sends ("s") and receives ("r"), to and from whom, in order.
+  const auto messages = [](int world, int rank) {
+    algo::ScheduleRequest req;
+    req.world_size = world;
+    req.rank = rank;
+    req.count = 16;
+    req.algorithm = Algorithm::Doubling;
+    const algo::RankSchedule s = algo::make_schedule(req);
+    CHECK(s.algorithm == Algorithm::Doubling);
+    std::string out;
+    for (const auto& step : s.steps) {
+      if (step.sends()) out += " s" + std::to_string(step.send_peer);
+      if (step.receives()) out += " r" + std::to_string(step.recv_peer);
+    }
+    return out;
+  };
+  CHECK(messages(2, 0) == " s1 r1");
+  CHECK(messages(8, 5) == " s4 r4 s7 r7 s1 r1");
+  // 6 ranks: 4 take part in the rounds; ranks 0..3 pair up, 1 and 3 folding
+  // in and standing for 0 and 2 among 1, 3, 4, 5.
+  CHECK(messages(6, 0) == " s1 r1");
+  CHECK(messages(6, 1) == " r0 s3 r3 s4 r4 s0");
+  CHECK(messages(6, 5) == " s4 r4 s3 r3");
+}
+
+TEST_CASE("doubling and one-shot all-reduce give every rank the same bits when floats round", "[schedule]") {
+  // Inputs whose sums round differently in different orders: each rank
+  // must still end with exactly what every other rank has.
+  for (Algorithm algo : {Algorithm::Doubling, Algorithm::OneShot}) {
+    for (int world : {2, 3, 5, 6, 7, 8, 12}) {
+      const std::uint64_t count = 37;
+      std::vector<algo::RankSchedule> schedules;
+      std::vector<std::vector<float>> in(world), out(world, std::vector<float>(count));
+      std::vector<algo::SimRank> bufs(world);
+      for (int r = 0; r < world; ++r) {
+        algo::ScheduleRequest req;
+        req.algorithm = algo;
+        req.world_size = world;
+        req.rank = r;
+        req.count = count;
+        schedules.push_back(algo::make_schedule(req));
+        for (std::uint64_t i = 0; i < count; ++i)
+          in[r].push_back(1.0f / static_cast<float>(3 + r * 7 + i) * (r % 2 ? 1e4f : 1e-3f));
+        bufs[r] = {reinterpret_cast<unsigned char*>(in[r].data()),
+                   reinterpret_cast<unsigned char*>(out[r].data())};
+      }
+      algo::simulate(schedules, DataType::Float32, ReduceOp::Sum, bufs);
+      for (int r = 1; r < world; ++r) {
+        INFO(algo::name(algo) << ", world " << world << ", rank " << r);
+        CHECK(std::memcmp(out[r].data(), out[0].data(), count * sizeof(float)) == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("two-shot all-reduce moves 2(N-1)/N of the buffer per rank in two rounds of direct messages", "[schedule]") {

@@ -118,9 +118,10 @@ std::vector<Case> cases_for(int world, bool all_types) {
 
 }  // namespace
 
-TEST_CASE("collectives match the serial reference: ring, tree, one-shot, two-shot, over TCP and shared memory", "[comm]") {
+TEST_CASE("collectives match the serial reference: ring, tree, one-shot, two-shot, doubling, over TCP and shared memory", "[comm]") {
   const int world = GENERATE(1, 2, 3, 4, 5, 7, 8);
-  const Algorithm algorithm = GENERATE(Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot);
+  const Algorithm algorithm = GENERATE(Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot,
+                                       Algorithm::Doubling);
   const Transport transport = GENERATE(Transport::Tcp, Transport::Shm);
   CAPTURE(world, static_cast<int>(algorithm), static_cast<int>(transport));
   CommOptions options;

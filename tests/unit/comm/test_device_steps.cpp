@@ -79,7 +79,7 @@ void compare_with_simulator(DataType dtype, ReduceOp rop) {
   for (int world = 1; world <= 9; ++world) {
     for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
                          Collective::Broadcast, Collective::Reduce}) {
-      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot}) {
+      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Doubling}) {
         for (std::uint64_t count : {0ull, 1ull, 37ull, 300ull}) {
           CAPTURE(world, algo::name(c), algo::name(a), count);
           const auto schedules = schedules_for(c, a, world, count, elem);
@@ -101,7 +101,7 @@ TEST_CASE("step tables round-trip through encode and decode", "[device_steps]") 
   for (int world : {1, 2, 3, 5, 8}) {
     for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
                          Collective::Broadcast, Collective::Reduce, Collective::Barrier}) {
-      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot}) {
+      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Doubling}) {
         for (const auto& s : schedules_for(c, a, world, 1001, 4)) {
           const auto table = comm::encode_steps(s);
           const auto bytes = reinterpret_cast<const unsigned char*>(table.data());

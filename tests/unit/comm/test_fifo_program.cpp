@@ -126,7 +126,7 @@ void compare_with_simulator(DataType dtype, ReduceOp rop) {
       World w(world, slots, 16);
       for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
                            Collective::Broadcast, Collective::Reduce}) {
-        for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot}) {
+        for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Doubling}) {
           for (std::uint64_t count : {0ull, 1ull, 37ull, 100ull}) {
             // In place only where the output is the input's size (all-reduce, broadcast).
             const bool in_place = count % 2 == 1 && (c == Collective::AllReduce || c == Collective::Broadcast);
@@ -168,7 +168,7 @@ TEST_CASE("in-place all-gather and reduce-scatter run through FIFOs far smaller 
   for (int world = 2; world <= 5; ++world) {
     World w(world, 1, 16);
     for (Collective c : {Collective::AllGather, Collective::ReduceScatter}) {
-      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot}) {
+      for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Doubling}) {
         const std::uint64_t count = 37;
         CAPTURE(world, algo::name(c), algo::name(a));
         const auto schedules = schedules_for(c, a, world, count, e);

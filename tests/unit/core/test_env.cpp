@@ -118,7 +118,8 @@ TEST_CASE("KIZUNA_STORE_TOKEN, KIZUNA_ALGO, KIZUNA_SLICE_BYTES, KIZUNA_CHECK, KI
   CHECK(parse({{"KIZUNA_ALGO", "Tree"}}).algo == Env::Algo::Tree);
   CHECK(parse({{"KIZUNA_ALGO", "oneshot"}}).algo == Env::Algo::OneShot);
   CHECK(parse({{"KIZUNA_ALGO", "twoshot"}}).algo == Env::Algo::TwoShot);
-  CHECK(error_of({{"KIZUNA_ALGO", "butterfly"}}).find("accepted: auto, ring, tree, oneshot, twoshot") !=
+  CHECK(parse({{"KIZUNA_ALGO", "doubling"}}).algo == Env::Algo::Doubling);
+  CHECK(error_of({{"KIZUNA_ALGO", "butterfly"}}).find("accepted: auto, ring, tree, oneshot, twoshot, doubling") !=
         std::string::npos);
   CHECK(parse({}).slice_bytes == 512 * 1024);
   CHECK(parse({{"KIZUNA_SLICE_BYTES", "1M"}}).slice_bytes == 1 << 20);
