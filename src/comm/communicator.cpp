@@ -954,20 +954,20 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   impl->single_host = impl->topology.nodes == 1;
   impl->hierarchical = shared_memory && impl->topology.nodes > 1;
   // Shared memory: ~8 GB/s, and ~2 us a round when every rank has a core.
-  // With more ranks than cores (4 on 2, yielding while they wait), measured
-  // at 4 B .. 256 KiB: one-shot ~4-9 us to 4 KiB, doubling (two rounds)
-  // ~4-7, two-shot (two rounds of three messages) ~10-16, which fits a
-  // round of ~3 us and ~1 us for each further message, and puts the
-  // doubling/two-shot crossover near 27 KiB, where it was measured (level
-  // at 16 KiB, two-shot ahead from 64 KiB).
+  // With more ranks than cores a round costs a wake-up of a descheduled
+  // peer instead: one-shot all-reduces took ~15-20 us at 4 B to 1 KiB with
+  // 4 ranks on 2 cores, which puts the one-shot/two-shot crossover near
+  // the measured 32 KiB. A further message in a round costs next to
+  // nothing here: with 4 ranks on 2 cores one-shot's one round of three
+  // messages beat doubling's two rounds of one at 4 B .. 1 KiB (6.6-9.1
+  // against 6.9-11.2 us, 4 alternations), and doubling is not chosen.
   // Loopback TCP, 4 ranks on 2 cores: one-shot 27-66 us to 16 KiB,
   // doubling 27-48, two-shot and ring 60-99 from 256 B (where every chunk
   // has data); a further message costs about 0.4 of a round (the default
   // round of 25 us is kept: it orders the algorithms as measured, and the
   // doubling/two-shot crossover falls near 64 KiB, where they were level).
   if (shared_memory && impl->single_host)
-    impl->link_model = oversubscribed ? algo::LinkModel{3.0, 1.0 / 8000.0, 1.0}
-                                      : algo::LinkModel{2.0, 1.0 / 8000.0};
+    impl->link_model = algo::LinkModel{oversubscribed ? 15.0 : 2.0, 1.0 / 8000.0};
   else if (impl->single_host)
     impl->link_model.message_us = 10.0;
   // Measured, not modelled: over loopback TCP with more ranks than cores
