@@ -77,7 +77,9 @@ class StepWriter {
 };
 
 // Generators, one per algorithm family (ring.cpp, tree.cpp, rooted.cpp,
-// barrier.cpp). Each fills `out.steps` and the buffer sizes.
+// barrier.cpp). Each fills `out.steps` and the buffer sizes. The all-reduce
+// ones take worlds of two ranks or more: make_schedule() copies a lone
+// rank's input itself.
 void ring_all_reduce(const ScheduleRequest& req, RankSchedule& out);
 void ring_all_gather(const ScheduleRequest& req, RankSchedule& out);
 void ring_reduce_scatter(const ScheduleRequest& req, RankSchedule& out);

@@ -33,10 +33,6 @@ void doubling_all_reduce(const ScheduleRequest& req, RankSchedule& out) {
   const std::uint64_t count = req.count;
   out.input_count = out.output_count = count;
   StepWriter w(out.steps);
-  if (n == 1) {
-    w.copy(Buffer::Input, 0, Buffer::Output, 0, count);
-    return;
-  }
   if (count == 0) return;
   out.scratch_count = count;
   int p = 1;

@@ -32,10 +32,6 @@ void ring_all_reduce(const ScheduleRequest& req, RankSchedule& out) {
   const int r = req.rank;
   out.input_count = out.output_count = req.count;
   StepWriter w(out.steps);
-  if (n == 1) {
-    w.copy(Buffer::Input, 0, Buffer::Output, 0, req.count);
-    return;
-  }
   const int next = mod(r + 1, n);
   const int prev = mod(r - 1, n);
   const std::uint64_t se = slice_elems(req);

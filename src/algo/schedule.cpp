@@ -89,7 +89,11 @@ RankSchedule make_schedule(const ScheduleRequest& req) {
   out.algorithm = req.algorithm;
   switch (req.collective) {
     case Collective::AllReduce:
-      if (is_hierarchical(req)) {
+      if (req.world_size == 1) {
+        // Alone, whatever the algorithm: the result is the input.
+        out.input_count = out.output_count = req.count;
+        StepWriter(out.steps).copy(Buffer::Input, 0, Buffer::Output, 0, req.count);
+      } else if (is_hierarchical(req)) {
         out.hierarchical = true;
         hierarchical_all_reduce(req, out);
       } else if (req.algorithm == Algorithm::Tree) {

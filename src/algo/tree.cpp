@@ -136,10 +136,6 @@ void tree_all_reduce(const ScheduleRequest& req, RankSchedule& out) {
   const int n = req.world_size;
   out.input_count = out.output_count = req.count;
   StepWriter w(out.steps);
-  if (n == 1) {
-    w.copy(Buffer::Input, 0, Buffer::Output, 0, req.count);
-    return;
-  }
   const std::array<TreeNode, 2> trees = dtree(n, req.rank);
   const std::array<Range, 2> halves{chunk(req.count, 2, 0, align_elems(req)),
                                     chunk(req.count, 2, 1, align_elems(req))};

@@ -38,10 +38,6 @@ void two_shot_all_reduce(const ScheduleRequest& req, RankSchedule& out) {
   const int r = req.rank;
   out.input_count = out.output_count = req.count;
   StepWriter w(out.steps);
-  if (n == 1) {
-    w.copy(Buffer::Input, 0, Buffer::Output, 0, req.count);
-    return;
-  }
   const std::uint64_t se = slice_elems(req);
   const std::uint64_t align = align_elems(req);
   const Range own = chunk(req.count, n, r, align);
