@@ -49,7 +49,7 @@ Algorithm choose_algorithm(Collective c, std::uint64_t bytes, int world, const L
                            bool direct) {
   if (c != Collective::AllReduce && c != Collective::Broadcast && c != Collective::Reduce)
     return Algorithm::Ring;
-  if (c == Collective::AllReduce && world > 1 && bytes >= link.tree_all_reduce_from) return Algorithm::Tree;
+  if (c == Collective::AllReduce && world > 1 && bytes >= link.large_all_reduce_from) return link.large_all_reduce;
   Algorithm best = Algorithm::Ring;
   double best_us = predicted_us(c, Algorithm::Ring, bytes, world, link);
   for (Algorithm a : {Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Doubling}) {

@@ -21,8 +21,9 @@
 // they do between the ranks of one host; across hosts they would share one
 // NIC, and the model is told not to consider them (`direct` below). Where
 // they are considered, two-shot costs no more than the ring for any n, and
-// the ring is left for 2 ranks (where both are the same schedule) and for
-// several hosts. Doubling talks to one peer per round, like the ring, and
+// the ring is left for 2 ranks (where both are the same schedule), for
+// several hosts and for what a measured crossover gives it (LinkModel's
+// large_all_reduce_from). Doubling talks to one peer per round, like the ring, and
 // is considered everywhere; with 2 ranks it is one-shot's schedule, and the
 // tie goes to one-shot.
 //
@@ -42,9 +43,10 @@ struct LinkModel {
   double beta_us_per_byte = 0.0005;    // inverse bandwidth (0.0005 us/B = 2 GB/s)
   double message_us = 0.0;             // mu: each further message of a rank in one round
   // A measured crossover the alpha-beta terms cannot express: all-reduces of
-  // at least this many bytes take the tree (loopback TCP with more ranks
-  // than cores, where the ring's every step needs all ranks scheduled).
-  std::uint64_t tree_all_reduce_from = UINT64_MAX;
+  // at least `large_all_reduce_from` bytes take `large_all_reduce` (loopback
+  // TCP with more ranks than cores: see the communicator).
+  std::uint64_t large_all_reduce_from = UINT64_MAX;
+  Algorithm large_all_reduce = Algorithm::Ring;
 };
 
 double predicted_us(Collective c, Algorithm a, std::uint64_t bytes, int world,

@@ -978,10 +978,16 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   // ring's every step needs all ranks scheduled. The alpha-beta model,
   // which sees independent links, ranks them the other way. Under Reno
   // (what auto gives connections within a host) the ring is ahead instead,
-  // 1.4x (median of 12 pairs; docs/performance.md).
-  if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2 &&
-      connected.tcp_congestion == "bbr")
-    impl->link_model.tree_all_reduce_from = 1 << 20;
+  // 1.4x (median of 12 pairs), and ahead of two-shot too from 16 MiB, where
+  // the model sees the two level: 1.06-1.15x at 16-64 MiB in 6 pairs of 4
+  // ranks, two-shot ahead or level up to 8 MiB (docs/performance.md).
+  // Two-shot keeps all of a rank's connections busy at once, three flows
+  // each way with 4 ranks against the ring's one, on two cores.
+  if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2) {
+    const bool bbr = connected.tcp_congestion == "bbr";
+    impl->link_model.large_all_reduce_from = bbr ? 1 << 20 : 16 << 20;
+    impl->link_model.large_all_reduce = bbr ? algo::Algorithm::Tree : algo::Algorithm::Ring;
+  }
   // With more ranks than cores, a waiting rank does not spin (the core may
   // be the one its peer waits for) but yields the core between looks for a
   // while before it sleeps: 4 ranks on 2 cores, 4 B .. 1 KiB all-reduce,

@@ -23,15 +23,23 @@ TEST_CASE("across hosts the model picks doubling for small all-reduces, tree for
   CHECK(predicted_us(Collective::AllReduce, Algorithm::Ring, 1 << 20, 1, tcp) == 0.0);
 }
 
-TEST_CASE("a measured tree crossover overrides the model for large all-reduces only", "[cost]") {
+TEST_CASE("a measured crossover overrides the model for large all-reduces only", "[cost]") {
   LinkModel loopback;  // 25 us, 2 GB/s: the model alone prefers the ring for large messages
-  loopback.tree_all_reduce_from = 1 << 20;
+  loopback.large_all_reduce_from = 1 << 20;
+  loopback.large_all_reduce = Algorithm::Tree;
   CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 4, LinkModel{}) == Algorithm::Ring);
   CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 4, loopback) == Algorithm::Tree);
   CHECK(choose_algorithm(Collective::AllReduce, 1 << 20, 4, loopback) == Algorithm::Tree);
   CHECK(choose_algorithm(Collective::AllReduce, (1 << 20) - 4, 4, loopback) ==
         choose_algorithm(Collective::AllReduce, (1 << 20) - 4, 4, LinkModel{}));
   CHECK(choose_algorithm(Collective::Broadcast, 64 << 20, 4, loopback) == Algorithm::Ring);
+  // within one host, where two-shot would be chosen, a ring crossover
+  LinkModel reno;
+  reno.message_us = 10.0;
+  reno.large_all_reduce_from = 16 << 20;
+  CHECK(choose_algorithm(Collective::AllReduce, 8 << 20, 4, reno, true) == Algorithm::TwoShot);
+  CHECK(choose_algorithm(Collective::AllReduce, 16 << 20, 4, reno, true) == Algorithm::Ring);
+  CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 4, reno, true) == Algorithm::Ring);
 }
 
 TEST_CASE("within one host the model picks one-shot or doubling for small all-reduces and two-shot above", "[cost]") {
