@@ -148,7 +148,7 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
     const std::string st = text(statuses[i]);
     if (r == rank || st.rfind("ok ", 0) != 0 || status.rfind("ok ", 0) != 0) continue;
     try {
-      shm->peers.emplace(r, transport::shm::Segment::map(st.substr(3), out.topology.comm_id, r));
+      shm->peers.emplace(r, transport::shm::Segment::map(st.substr(3), out.topology.comm_id, r, g.channels));
       mapped += std::to_string(r) + " ";
     } catch (const Error& e) {
       if (options.transport == TransportChoice::Shm) throw;

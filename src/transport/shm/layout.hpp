@@ -34,6 +34,8 @@ namespace kizuna::transport::shm {
 inline constexpr std::uint64_t kSegmentMagic = 0x4d48535a4b5a4b31ull;  // "1KZKZSHM"
 inline constexpr std::uint32_t kSegmentVersion = 3;
 inline constexpr std::size_t kInlineBytes = 28;
+// The most payload one channel's slots may hold (KIZUNA_SHM_BYTES's bound).
+inline constexpr std::uint64_t kMaxChannelBytes = 1ull << 30;
 
 struct alignas(64) SegmentHeader {
   std::uint64_t magic;
@@ -92,11 +94,14 @@ struct Geometry {
   }
   std::size_t total_bytes() const { return slot_offset(channels, 0); }
   // What a segment may declare: at least one channel, a power-of-two
-  // number of slots, slots of 64 B .. 1 GiB, and a size that fits 64 bits
-  // (a peer's header is checked with this before its size is computed).
+  // number of slots, slots of 64 B .. 1 GiB in whole cache lines (so that
+  // a message split at slot boundaries is split between elements of every
+  // type), and a size that fits 64 bits (a peer's header is checked with
+  // this before its size is computed).
   bool valid() const {
     constexpr std::uint64_t kMaxSlotBytes = 1ull << 30;
-    if (channels == 0 || !std::has_single_bit(slots) || slot_bytes < 64 || slot_bytes > kMaxSlotBytes)
+    if (channels == 0 || !std::has_single_bit(slots) || slot_bytes < 64 || slot_bytes > kMaxSlotBytes ||
+        slot_bytes % 64 != 0)
       return false;
     std::uint64_t per_channel = 0, all = 0;
     return !__builtin_mul_overflow(std::uint64_t{slots}, slot_stride(), &per_channel) &&

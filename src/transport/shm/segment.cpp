@@ -89,7 +89,7 @@ Segment Segment::create(const std::string& name, const Geometry& g, std::uint64_
   return s;
 }
 
-Segment Segment::map(const std::string& name, std::uint64_t comm_id, int owner) {
+Segment Segment::map(const std::string& name, std::uint64_t comm_id, int owner, std::uint32_t channels) {
   Segment s;
   s.name_ = name;
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
@@ -118,6 +118,15 @@ Segment Segment::map(const std::string& name, std::uint64_t comm_id, int owner) 
   if (!s.geometry_.valid())
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " declares ", h->channels,
                  " channels of ", h->slots, " slots of ", h->slot_bytes, " bytes, which no kizuna segment has");
+  if (s.geometry_.channels != channels)
+    KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " has ", s.geometry_.channels,
+                 " channels where this node has ", channels, " ranks (stale or foreign)");
+  // No more than KIZUNA_SHM_BYTES allows a channel (1 GiB): a sparse file
+  // can be as large as it likes, and the link keeps one pointer per slot.
+  if (std::uint64_t{s.geometry_.slots} * s.geometry_.slot_bytes > kMaxChannelBytes)
+    KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " declares ", s.geometry_.slots,
+                 " slots of ", s.geometry_.slot_bytes, " bytes, more than a channel may hold (",
+                 kMaxChannelBytes >> 20, " MiB)");
   if (s.geometry_.total_bytes() > s.bytes_)
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " is truncated");
   return s;

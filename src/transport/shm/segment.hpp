@@ -30,7 +30,9 @@ class Segment {
   Segment& operator=(const Segment&) = delete;
 
   static Segment create(const std::string& name, const Geometry& g, std::uint64_t comm_id, int owner);
-  static Segment map(const std::string& name, std::uint64_t comm_id, int owner);
+  // `channels`: the ranks of the node, which the segment must have one
+  // channel each for (this rank writes into its own).
+  static Segment map(const std::string& name, std::uint64_t comm_id, int owner, std::uint32_t channels);
 
   void unlink();
 

@@ -271,6 +271,15 @@ class ShmLink final : public Link {
         KIZUNA_THROW(ErrorCode::Internal, "shared memory from rank ", peer_, ": a slot of ", n,
                      " bytes at offset ", received_, " of a ", sink_.bytes, "-byte message (slots hold ",
                      geometry_.slot_bytes, ")");
+      // A sender splits a message into full slots, whole cache lines
+      // (Geometry::valid): an empty slot in a message that has bytes left
+      // would never end it, a split inside an element would drop its bytes.
+      if (n == 0 && sink_.bytes > 0)
+        KIZUNA_THROW(ErrorCode::Internal, "shared memory from rank ", peer_, ": an empty slot at offset ",
+                     received_, " of a ", sink_.bytes, "-byte message");
+      if (sink_.src != nullptr && n % size_of(sink_.dtype) != 0)
+        KIZUNA_THROW(ErrorCode::Internal, "shared memory from rank ", peer_, ": a slot of ", n,
+                     " bytes to reduce, not a whole number of ", name(sink_.dtype), " elements");
       const unsigned char* payload = n <= kInlineBytes ? h->inline_data : slot + sizeof(SlotHeader);
       if (n) {
         auto* dst = static_cast<unsigned char*>(sink_.dst) + received_;
@@ -344,10 +353,15 @@ bool doorbell_sleep(SegmentHeader* owner, const std::function<bool()>& progress,
     std::atomic_thread_fence(std::memory_order_seq_cst);
     timeout = std::min(timeout, std::chrono::microseconds(1000));
   }
-  const std::uint32_t bell = owner->doorbell.load(std::memory_order_relaxed);
+  // Acquire: a peer's ring (fence, then the add) read here must not leave
+  // progress() reading the channel as it was before it.
+  const std::uint32_t bell = owner->doorbell.load(std::memory_order_acquire);
+  struct Awake {  // also when progress() throws: peers would ring for nothing
+    SegmentHeader* owner;
+    ~Awake() { owner->sleeping.store(0, std::memory_order_relaxed); }
+  } awake{owner};
   const bool moved = progress();
   if (!moved) futex_wait(&owner->doorbell, bell, timeout);
-  owner->sleeping.store(0, std::memory_order_relaxed);
   return moved;
 }
 

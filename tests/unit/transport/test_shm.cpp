@@ -45,8 +45,8 @@ struct ShmPair {
     s1 = Segment::create(unique_name("b"), g, 42, 1);
     s0.channel(1)->tail.store(start);
     s1.channel(0)->tail.store(start);
-    Segment m1 = Segment::map(s1.name(), 42, 1);  // rank 0's view of rank 1's segment
-    Segment m0 = Segment::map(s0.name(), 42, 0);
+    Segment m1 = Segment::map(s1.name(), 42, 1, g.channels);  // rank 0's view of rank 1's segment
+    Segment m0 = Segment::map(s0.name(), 42, 0, g.channels);
     s0.unlink();
     s1.unlink();
     int sv[2];
@@ -75,7 +75,7 @@ TEST_CASE("a segment is mapped by its peers and unlinked without harm", "[shm]")
   Segment s = Segment::create(unique_name("s"), g, 7, 2);
   const std::string path = "/dev/shm" + s.name();
   CHECK(std::filesystem::exists(path));
-  Segment m = Segment::map(s.name(), 7, 2);
+  Segment m = Segment::map(s.name(), 7, 2, 3);
   CHECK(m.geometry().channels == 3);
   CHECK(m.geometry().slot_bytes == 4096);
   s.unlink();
@@ -87,9 +87,9 @@ TEST_CASE("a segment is mapped by its peers and unlinked without harm", "[shm]")
 
 TEST_CASE("a foreign or stale segment is refused", "[shm]") {
   Segment s = Segment::create(unique_name("f"), {2, 4, 4096}, 7, 0);
-  CHECK_THROWS_WITH(Segment::map(s.name(), 8, 0), Catch::Contains("not rank 0's segment of this communicator"));
-  CHECK_THROWS_WITH(Segment::map(s.name(), 7, 1), Catch::Contains("not rank 1's segment"));
-  CHECK_THROWS_WITH(Segment::map("/kizuna-test-none", 7, 0), Catch::Contains("cannot open rank 0's shared memory"));
+  CHECK_THROWS_WITH(Segment::map(s.name(), 8, 0, 2), Catch::Contains("not rank 0's segment of this communicator"));
+  CHECK_THROWS_WITH(Segment::map(s.name(), 7, 1, 2), Catch::Contains("not rank 1's segment"));
+  CHECK_THROWS_WITH(Segment::map("/kizuna-test-none", 7, 0, 2), Catch::Contains("cannot open rank 0's shared memory"));
 }
 
 TEST_CASE("a /dev/shm too small is a clear error, not a crash", "[shm]") {
@@ -179,7 +179,7 @@ TEST_CASE("a segment whose header declares an impossible ring is refused", "[shm
     SegmentHeader& h = *s.header();
     const auto [slots, slot_bytes, channels] = std::tuple(h.slots, h.slot_bytes, h.channels);
     change(h);
-    CHECK_THROWS_WITH(Segment::map(s.name(), 7, 0), Catch::Contains("which no kizuna segment has"));
+    CHECK_THROWS_WITH(Segment::map(s.name(), 7, 0, 2), Catch::Contains("which no kizuna segment has"));
     h.slots = slots;
     h.slot_bytes = slot_bytes;
     h.channels = channels;
@@ -188,12 +188,20 @@ TEST_CASE("a segment whose header declares an impossible ring is refused", "[shm
   refused([](SegmentHeader& h) { h.slots = 0; });
   refused([](SegmentHeader& h) { h.channels = 0; });
   refused([](SegmentHeader& h) { h.slot_bytes = ~0ull; });
+  refused([](SegmentHeader& h) { h.slot_bytes = 4100; });  // not whole cache lines
   refused([](SegmentHeader& h) {
     h.slots = 1u << 31;
     h.slot_bytes = 1ull << 30;
     h.channels = ~0u;
   });
-  CHECK_NOTHROW(Segment::map(s.name(), 7, 0));
+  CHECK_NOTHROW(Segment::map(s.name(), 7, 0, 2));
+  // Well formed, but not this node's: another number of channels, or
+  // more slots than a channel may have (a sparse file can claim any size).
+  CHECK_THROWS_WITH(Segment::map(s.name(), 7, 0, 4), Catch::Contains("has 2 channels where this node has 4 ranks"));
+  SegmentHeader& h = *s.header();
+  h.slots = 1u << 20;
+  h.slot_bytes = 4096;
+  CHECK_THROWS_WITH(Segment::map(s.name(), 7, 0, 2), Catch::Contains("more than a channel may hold (1024 MiB)"));
 }
 
 TEST_CASE("ShmLink: a slot that claims more bytes than the message has left is an error, not an overrun", "[shm]") {
@@ -212,6 +220,27 @@ TEST_CASE("ShmLink: a slot that claims more bytes than the message has left is a
     CHECK_THAT(e.what(), Catch::Contains("a slot of 8 bytes at offset 0 of a 4-byte message"));
   }
   CHECK(w[1] == 0x5a5a);
+}
+
+TEST_CASE("ShmLink: an empty slot in a message with bytes left, or a reduction split inside an element, is an error", "[shm]") {
+  auto fails_with = [](std::uint32_t slot_bytes, const std::string& what) {
+    ShmPair p;
+    std::array<int, 2> v{1, 2}, w{7, 7};
+    p.a->post_send(v.data(), 8, {1, 0});  // one slot, published at once
+    reinterpret_cast<SlotHeader*>(p.s1.slot(0, 0))->slot_bytes = slot_bytes;
+    p.b->post_recv({w.data(), w.data(), 8, DataType::Int32, ReduceOp::Sum}, {1, 0});
+    try {
+      pump(p, [] { return false; });
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::Internal);
+      CHECK_THAT(e.what(), Catch::Contains(what));
+    }
+    CHECK(w == std::array<int, 2>{7, 7});  // nothing folded
+  };
+  // an empty slot would leave the receive waiting for ever, moving nothing
+  fails_with(0, "an empty slot at offset 0 of a 8-byte message");
+  fails_with(6, "a slot of 6 bytes to reduce, not a whole number of int32 elements");
 }
 
 TEST_CASE("ShmLink: a wrong tag is a Mismatch, a dead peer is PeerLost", "[shm]") {
