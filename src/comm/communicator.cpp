@@ -979,8 +979,9 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   // which sees independent links, ranks them the other way. Under Reno
   // (what auto gives connections within a host) the ring is ahead instead,
   // 1.4x (median of 12 pairs), and ahead of two-shot too from 16 MiB, where
-  // the model sees the two level: 1.06-1.15x at 16-64 MiB in 6 pairs of 4
-  // ranks, two-shot ahead or level up to 8 MiB (docs/performance.md).
+  // the model sees the two level: 4 ranks, ahead in all 8 pairs at 16 and
+  // at 64 MiB (medians 1.19x and 1.09x) and 3 of 5 at 32 MiB, two-shot
+  // ahead or level up to 8 MiB (docs/performance.md).
   // Two-shot keeps all of a rank's connections busy at once, three flows
   // each way with 4 ranks against the ring's one, on two cores.
   if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2) {
