@@ -243,6 +243,16 @@ TEST_CASE("ShmLink: an empty slot in a message with bytes left, or a reduction s
   fails_with(6, "a slot of 6 bytes to reduce, not a whole number of int32 elements");
 }
 
+TEST_CASE("doorbell_sleep: an owner whose last look throws is not left marked asleep", "[shm]") {
+  Segment s = Segment::create(unique_name("d"), {2, 4, 4096}, 7, 0);
+  auto throws = []() -> bool { throw Error(ErrorCode::PeerLost, "the peer has gone"); };
+  CHECK_THROWS_WITH(doorbell_sleep(s.header(), throws, std::chrono::milliseconds(1)),
+                    Catch::Contains("the peer has gone"));
+  CHECK(s.header()->sleeping.load() == 0);  // peers would ring it on every message
+  CHECK_FALSE(doorbell_sleep(s.header(), [] { return false; }, std::chrono::microseconds(100)));
+  CHECK(s.header()->sleeping.load() == 0);
+}
+
 TEST_CASE("ShmLink: a wrong tag is a Mismatch, a dead peer is PeerLost", "[shm]") {
   {
     ShmPair p;
