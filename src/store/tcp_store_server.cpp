@@ -133,6 +133,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
     queue(frame);
     KIZUNA_LOG(Debug) << "store server: connection from " << peer_;
     read();
+    watch_frame(false);  // the handshake's deadline, when there is one
   }
 
   // Ends the connection: releases a held request, closes the socket. Safe
@@ -193,6 +194,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
   // Handles every complete frame, in order, until one is held; then arms the
   // partial-frame timer if a frame is half there, and reads on.
   void process() {
+    bool progressed = false;
     while (!closed_ && can_process()) {
       Header header;
       std::span<const std::uint8_t> body;
@@ -207,32 +209,42 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
         handle_auth(header, body);
       else
         handle_request(header, body);
+      progressed = true;
     }
     if (closed_) return;
-    watch_partial_frame();
+    watch_frame(progressed);
     server_.publish();
     read();
   }
 
-  // A frame that starts and never finishes would hold its buffer forever: it
-  // gets the store timeout to complete.
-  void watch_partial_frame() {
-    const bool partial = reader_.buffered() > 0 && can_process();
-    if (partial && !frame_timer_armed_) {
-      frame_timer_armed_ = true;
-      frame_timer_.expires_after(server_.frame_timeout);
-      frame_timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
-        self->frame_timer_armed_ = false;
-        if (ec || self->closed_) return;
-        if (self->reader_.buffered() > 0 && self->can_process())
-          self->close(
-              core::concat("a frame stayed incomplete for ", self->server_.frame_timeout.count(),
-                           " ms (", self->reader_.buffered(), " bytes received)"),
-              core::LogLevel::Warn);
-      });
-    } else if (!partial && frame_timer_armed_) {
+  // A frame that starts and never finishes would hold its buffer forever,
+  // and a connection that never authenticates its descriptor: each gets the
+  // store timeout, from the frame's first byte (or the end of the frame
+  // before it, `progressed`), or from the connection's start for the
+  // handshake. An authenticated connection may stay idle between frames.
+  void watch_frame(bool progressed) {
+    const bool waiting = can_process() && (reader_.buffered() > 0 || !authenticated_);
+    if (frame_timer_armed_ && (!waiting || progressed)) {
+      frame_timer_armed_ = false;
+      ++frame_generation_;  // a handler already on its way finds it stale
       frame_timer_.cancel();
     }
+    if (!waiting || frame_timer_armed_) return;
+    frame_timer_armed_ = true;
+    frame_timer_.expires_after(server_.frame_timeout);
+    frame_timer_.async_wait([self = shared_from_this(), generation = ++frame_generation_](const asio::error_code& ec) {
+      if (ec || self->closed_ || generation != self->frame_generation_) return;
+      self->frame_timer_armed_ = false;
+      if (!self->can_process()) return;
+      if (!self->authenticated_)
+        self->close(core::concat("it did not authenticate within ", self->server_.frame_timeout.count(),
+                                 " ms (this store requires a token)"),
+                    core::LogLevel::Warn);
+      else if (self->reader_.buffered() > 0)
+        self->close(core::concat("a frame stayed incomplete for ", self->server_.frame_timeout.count(),
+                                 " ms (", self->reader_.buffered(), " bytes received)"),
+                    core::LogLevel::Warn);
+    });
   }
 
   // ---- handshake -------------------------------------------------------------
@@ -404,12 +416,14 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
     }
     if (!out_.empty()) {
       write();
-      return;
-    }
-    if (closing_) {
+    } else if (closing_) {
       close("refused", core::LogLevel::Debug);
       return;
     }
+    // Requests left unhandled while the replies backed up: handle them as
+    // soon as the backlog is under the limit, whether or not replies are
+    // still being written (waiting for the queue to empty would miss the
+    // moment when the last write began under the limit).
     if (was_backlogged && out_bytes_ <= kMaxWriteBacklog) process();
   }
 
@@ -430,6 +444,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
   std::uint64_t hold_generation_ = 0;
   asio::steady_timer frame_timer_;
   bool frame_timer_armed_ = false;
+  std::uint64_t frame_generation_ = 0;
 
   std::deque<Bytes> out_;  // queued frames; the first in_flight_ are being written
   std::vector<Bytes> spare_;

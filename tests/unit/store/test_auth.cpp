@@ -8,6 +8,7 @@
 #include <kizuna/tcp_store_server.hpp>
 
 #include <algorithm>
+#include <thread>
 
 #include "store/auth.hpp"
 #include "store/wire.hpp"
@@ -171,6 +172,22 @@ TEST_CASE("a request before authenticating closes the connection", "[auth]") {
   CHECK(closed);
   CHECK(rest.empty());
   TcpStore good(client_options(server.port(), kToken));
+  good.ping();
+}
+
+TEST_CASE("a connection that never authenticates is closed after the store timeout", "[auth]") {
+  TcpStoreOptions o = server_options(kToken);
+  o.timeout = 300ms;
+  TcpStoreServer server(o);
+  RawSocket raw(server.port());
+  read_frame(raw);  // hello, then nothing: it would hold a descriptor for good
+  bool closed = false;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(raw.read_until_closed(closed, 10s).empty());
+  CHECK(closed);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  TcpStore good(client_options(server.port(), kToken));
+  std::this_thread::sleep_for(600ms);  // an authenticated connection may idle
   good.ping();
 }
 

@@ -6,6 +6,7 @@
 #include <kizuna/tcp_store_server.hpp>
 
 #include <random>
+#include <thread>
 
 #include "store/wire.hpp"
 #include "store_test_util.hpp"
@@ -121,6 +122,78 @@ TEST_CASE("a frame that stalls half-way is dropped after the store timeout", "[m
   bool closed = false;
   raw.read_until_closed(closed);
   CHECK(closed);
+}
+
+TEST_CASE("a client streaming frames for longer than the store timeout is not dropped", "[malformed]") {
+  // Each read ends half-way through a frame, but every frame completes at
+  // once: the timeout is a frame's, not the stream's.
+  TcpStoreOptions so;
+  so.port = 0;
+  so.token = "";
+  so.timeout = 300ms;
+  TcpStoreServer server(so);
+  RawSocket raw(server.port());
+  raw.read_exactly(wire::kHeaderBytes + 1);  // hello
+  wire::Bytes ping;
+  wire::Request r;
+  r.op = wire::Op::Ping;
+  r.id = 1;
+  wire::encode(r, ping);
+  const std::size_t half = ping.size() / 2;
+  REQUIRE(raw.send(wire::Bytes(ping.begin(), ping.begin() + half)));
+  for (int i = 0; i < 12; ++i) {  // 1.2 s: four timeouts
+    std::this_thread::sleep_for(100ms);
+    wire::Bytes rest(ping.begin() + half, ping.end());  // this frame's end, the next one's start
+    rest.insert(rest.end(), ping.begin(), ping.begin() + half);
+    REQUIRE(raw.send(rest));
+    CHECK(raw.read_exactly(wire::kHeaderBytes, 5s).size() == wire::kHeaderBytes);  // its pong
+  }
+}
+
+TEST_CASE("pipelined requests behind a backlog of large replies are all answered", "[malformed]") {
+  // Two replies of 0.9 MB each put the connection over its 1 MiB backlog
+  // while the first is being written; what follows them must still be
+  // handled once the first has gone.
+  TcpStoreOptions so;
+  so.port = 0;
+  so.token = "";
+  TcpStoreServer server(so);
+  TcpStoreOptions co;
+  co.port = server.port();
+  co.token = "";
+  TcpStore setter(co);
+  const std::string value(900'000, 'v');
+  setter.set("big", std::string_view(value));
+  RawSocket raw(server.port());
+  raw.read_exactly(wire::kHeaderBytes + 1);  // hello
+  wire::Bytes frames;
+  for (std::uint32_t id : {1u, 2u}) {
+    wire::Request get;
+    get.op = wire::Op::Get;
+    get.id = id;
+    get.keys = {"big"};
+    wire::encode(get, frames);
+  }
+  wire::Request ping;
+  ping.op = wire::Op::Ping;
+  ping.id = 3;
+  wire::encode(ping, frames);
+  REQUIRE(raw.send(frames));
+  const std::size_t expected = 2 * (wire::kHeaderBytes + 4 + value.size()) + wire::kHeaderBytes;
+  const auto replies = raw.read_exactly(expected, 10s);
+  REQUIRE(replies.size() == expected);
+  wire::FrameReader reader(2 << 20);
+  auto space = reader.prepare(replies.size());
+  std::copy(replies.begin(), replies.end(), space.begin());
+  reader.commit(replies.size());
+  wire::Header h;
+  std::span<const std::uint8_t> body;
+  std::string error;
+  for (std::uint32_t id : {1u, 2u, 3u}) {
+    REQUIRE(reader.next(h, body, error) == wire::FrameReader::Result::Frame);
+    CHECK(h.id == id);
+  }
+  CHECK(h.op == wire::Op::Ping);
 }
 
 TEST_CASE("pipelined requests are answered in order", "[malformed]") {
