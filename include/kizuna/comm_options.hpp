@@ -32,7 +32,9 @@ struct CommOptions {
   // Keys of this communicator live under "<name>/" in the store. Ranks must
   // agree; empty: "kizuna/comm<N>", N counting the communicators this
   // process has created from that store (the same on every rank when every
-  // rank creates its communicators in the same order).
+  // rank creates its communicators in the same order). TcpStores count by
+  // their server: one re-created against the same server goes on counting,
+  // so a new communicator never meets an earlier one's keys.
   std::string name;
   // Deadline of every collective; 0: KIZUNA_TIMEOUT (default 300 s).
   std::chrono::milliseconds timeout{0};

@@ -13,7 +13,13 @@
 // the worker and sleep: a blocking call costs no thread switch.
 //
 // on_complete(fn) runs fn once the Work has finished: on the thread that
-// finished it, or at once if it already has. fn must not block.
+// finished it, or at once if it already has. fn must not block. An
+// exception fn throws on the thread that finished the Work is logged and
+// dropped (the other callbacks still run); one it throws at once, from
+// on_complete itself, reaches the caller. fn must not own the last
+// reference to the Communicator: it is destroyed on the thread that
+// finished the Work, which may be the communicator's own worker (not yet
+// handled: that destruction would try to join the worker from itself).
 #pragma once
 
 #include <chrono>

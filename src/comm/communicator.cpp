@@ -3,11 +3,14 @@
 // over the links that bootstrap opened.
 #include <kizuna/comm.hpp>
 #include <kizuna/store.hpp>
+#include <kizuna/prefix_store.hpp>
 #include <kizuna/tcp_store.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -82,11 +85,27 @@ constexpr int kStagedParts = 64;
 // How long a failing rank spends telling its peers why.
 constexpr std::chrono::milliseconds kAbortGrace{300};
 
+// What tells stores apart for default_name: a TCP store by its server (a
+// store re-created against the same server goes on counting, so that a new
+// communicator never meets the keys an earlier one left there), a prefix
+// store by its prefix and base, any other by its address (an in-process
+// store starts empty).
+std::string store_identity(const Store* store) {
+  if (const auto* tcp = dynamic_cast<const TcpStore*>(store))
+    return "tcp " + tcp->host() + ":" + std::to_string(tcp->port());
+  if (const auto* prefixed = dynamic_cast<const PrefixStore*>(store))
+    return "prefix " + prefixed->prefix() + " " + store_identity(prefixed->base().get());
+  char address[32];
+  std::snprintf(address, sizeof address, "at %p", static_cast<const void*>(store));
+  return address;
+}
+
 std::string default_name(const Store* store) {
   static std::mutex mutex;
-  static std::map<const Store*, int> created;
+  static std::map<std::string, int> created;
+  const std::string identity = store_identity(store);
   std::lock_guard lock(mutex);
-  return "kizuna/comm" + std::to_string(created[store]++);
+  return "kizuna/comm" + std::to_string(created[identity]++);
 }
 
 // The address to listen on: KIZUNA_SOCKET_IFNAME's, else the one that
@@ -674,9 +693,11 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // Marks the communicator unusable and tells every peer why, so that ranks
   // not talking to the one that failed also fail at once, with the reason.
   void fail(const Error& e) {
-    if (broken.exchange(true)) return;
     {
+      // Under the lock: a thread that sees `broken` and takes the lock to
+      // rethrow `fatal` must find it set.
       std::lock_guard lock(error_mutex);
+      if (broken.exchange(true)) return;
       fatal = std::make_exception_ptr(e);
     }
     KIZUNA_LOG(Error) << e.what();
@@ -858,6 +879,14 @@ void check_buffer(const void* p, std::size_t count, const char* what, const char
   KIZUNA_CHECK_ARG(p != nullptr || count == 0, call, ": ", what, " is null with count ", count);
 }
 
+// What a call's buffers hold, in bytes, must be a size: a count that
+// overflows it would address far outside the caller's buffers.
+void check_size(std::size_t count, DataType dtype, std::size_t ranks, const char* call) {
+  constexpr std::size_t kMax = static_cast<std::size_t>(PTRDIFF_MAX);
+  KIZUNA_CHECK_ARG(count <= kMax / size_of(dtype) / ranks, call, ": a count of ", count, " ", name(dtype),
+                   " elements", ranks > 1 ? " times the world size" : "", " is more bytes than memory holds");
+}
+
 void check_types(DataType dtype, ReduceOp op, const char* call) {
   KIZUNA_CHECK_ARG(is_valid(dtype), call, ": invalid data type code ", static_cast<int>(dtype));
   KIZUNA_CHECK_ARG(is_valid(op), call, ": invalid reduction code ", static_cast<int>(op));
@@ -870,6 +899,7 @@ Task p2p_task(Task::Kind kind, const void* buffer, std::size_t count, DataType d
               int world) {
   const char* call = kind == Task::Kind::Send ? "send" : "recv";
   check_types(dtype, ReduceOp::Sum, call);
+  check_size(count, dtype, 1, call);
   check_buffer(buffer, count, "buffer", call);
   KIZUNA_CHECK_ARG(peer >= 0 && peer < world && peer != rank, call, ": peer ", peer,
                    " is not another rank of a world of ", world);
@@ -1041,6 +1071,7 @@ const std::string& Communicator::name() const { return impl_->name; }
 Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType dtype,
                               ReduceOp op) {
   check_types(dtype, op, "all_reduce");
+  check_size(count, dtype, 1, "all_reduce");
   check_buffer(send, count, "send buffer", "all_reduce");
   check_buffer(recv, count, "receive buffer", "all_reduce");
   Task t;
@@ -1055,6 +1086,7 @@ Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, D
 
 Work Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root) {
   check_types(dtype, ReduceOp::Sum, "broadcast");
+  check_size(count, dtype, 1, "broadcast");
   KIZUNA_CHECK_ARG(root >= 0 && root < size(), "broadcast: root ", root,
                    " is out of range for world size ", size());
   if (rank() == root) check_buffer(send, count, "send buffer", "broadcast");
@@ -1072,6 +1104,7 @@ Work Communicator::broadcast(const void* send, void* recv, std::size_t count, Da
 Work Communicator::reduce(const void* send, void* recv, std::size_t count, DataType dtype,
                           ReduceOp op, int root) {
   check_types(dtype, op, "reduce");
+  check_size(count, dtype, 1, "reduce");
   KIZUNA_CHECK_ARG(root >= 0 && root < size(), "reduce: root ", root,
                    " is out of range for world size ", size());
   check_buffer(send, count, "send buffer", "reduce");
@@ -1089,6 +1122,7 @@ Work Communicator::reduce(const void* send, void* recv, std::size_t count, DataT
 
 Work Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype) {
   check_types(dtype, ReduceOp::Sum, "all_gather");
+  check_size(send_count, dtype, static_cast<std::size_t>(size()), "all_gather");
   check_buffer(send, send_count, "send buffer", "all_gather");
   check_buffer(recv, send_count, "receive buffer", "all_gather");
   Task t;
@@ -1103,6 +1137,7 @@ Work Communicator::all_gather(const void* send, void* recv, std::size_t send_cou
 Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                   DataType dtype, ReduceOp op) {
   check_types(dtype, op, "reduce_scatter");
+  check_size(recv_count, dtype, static_cast<std::size_t>(size()), "reduce_scatter");
   check_buffer(send, recv_count, "send buffer", "reduce_scatter");
   check_buffer(recv, recv_count, "receive buffer", "reduce_scatter");
   Task t;
@@ -1157,6 +1192,7 @@ comm::StageRequest stage(DeviceStream stream, const void* send, std::size_t send
 Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                               DeviceStream stream) {
   check_types(dtype, op, "all_reduce");
+  check_size(count, dtype, 1, "all_reduce");
   check_buffer(send, count, "send buffer", "all_reduce");
   check_buffer(recv, count, "receive buffer", "all_reduce");
   Task t;
@@ -1172,6 +1208,7 @@ Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, D
 Work Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
                              DeviceStream stream) {
   check_types(dtype, ReduceOp::Sum, "broadcast");
+  check_size(count, dtype, 1, "broadcast");
   KIZUNA_CHECK_ARG(root >= 0 && root < size(), "broadcast: root ", root, " is out of range for world size ", size());
   if (rank() == root) check_buffer(send, count, "send buffer", "broadcast");
   check_buffer(recv, count, "receive buffer", "broadcast");
@@ -1188,6 +1225,7 @@ Work Communicator::broadcast(const void* send, void* recv, std::size_t count, Da
 Work Communicator::reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, int root,
                           DeviceStream stream) {
   check_types(dtype, op, "reduce");
+  check_size(count, dtype, 1, "reduce");
   KIZUNA_CHECK_ARG(root >= 0 && root < size(), "reduce: root ", root, " is out of range for world size ", size());
   check_buffer(send, count, "send buffer", "reduce");
   if (rank() == root) check_buffer(recv, count, "receive buffer", "reduce");
@@ -1205,6 +1243,7 @@ Work Communicator::reduce(const void* send, void* recv, std::size_t count, DataT
 Work Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype,
                               DeviceStream stream) {
   check_types(dtype, ReduceOp::Sum, "all_gather");
+  check_size(send_count, dtype, static_cast<std::size_t>(size()), "all_gather");
   check_buffer(send, send_count, "send buffer", "all_gather");
   check_buffer(recv, send_count, "receive buffer", "all_gather");
   Task t;
@@ -1220,6 +1259,7 @@ Work Communicator::all_gather(const void* send, void* recv, std::size_t send_cou
 Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
                                   ReduceOp op, DeviceStream stream) {
   check_types(dtype, op, "reduce_scatter");
+  check_size(recv_count, dtype, static_cast<std::size_t>(size()), "reduce_scatter");
   check_buffer(send, recv_count, "send buffer", "reduce_scatter");
   check_buffer(recv, recv_count, "receive buffer", "reduce_scatter");
   Task t;
@@ -1272,9 +1312,9 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
 void Communicator::abort(const std::string& reason) {
   const Error error(ErrorCode::Aborted, "communicator " + name() + " on rank " +
                                             std::to_string(rank()) + " aborted: " + reason);
-  if (!impl_->broken.exchange(true)) {
-    std::lock_guard lock(impl_->error_mutex);
-    impl_->fatal = std::make_exception_ptr(error);
+  {
+    std::lock_guard lock(impl_->error_mutex);  // see fail()
+    if (!impl_->broken.exchange(true)) impl_->fatal = std::make_exception_ptr(error);
   }
   for (auto& link : impl_->links)
     if (link) link->interrupt();

@@ -8,6 +8,8 @@
 
 #include <kizuna/work.hpp>
 
+#include "core/log.hpp"
+
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -39,7 +41,18 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
     }
     cv.notify_all();
     const Work self(shared_from_this());
-    for (auto& fn : todo) fn(self);
+    // A callback that throws (one that calls wait() on a failed Work) must
+    // not stop the others, nor leave the thread that finishes Works: its
+    // exception is logged and dropped.
+    for (auto& fn : todo) {
+      try {
+        fn(self);
+      } catch (const std::exception& e) {
+        KIZUNA_LOG(Error) << "a Work's on_complete callback threw, ignored: " << e.what();
+      } catch (...) {
+        KIZUNA_LOG(Error) << "a Work's on_complete callback threw something that is not a std::exception, ignored";
+      }
+    }
   }
 };
 

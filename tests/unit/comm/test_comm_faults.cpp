@@ -6,6 +6,8 @@
 #include <thread>
 
 #include <kizuna/config.hpp>
+#include <kizuna/tcp_store.hpp>
+#include <kizuna/tcp_store_server.hpp>
 
 #include "error_of.hpp"
 #include "run_ranks.hpp"
@@ -28,12 +30,37 @@ TEST_CASE("invalid arguments are InvalidArgument before anything is sent", "[fau
   CHECK(std::string(avg.what()).find("floating types only") != std::string::npos);
   CHECK(error_of_call([&] { c.all_reduce(x, 4, static_cast<DataType>(77), ReduceOp::Sum); }).code() == ErrorCode::InvalidArgument);
   CHECK(error_of_call([&] { c.send(x, 4, DataType::Float32, 0); }).code() == ErrorCode::InvalidArgument);
+  // counts whose bytes do not fit a size (they would wrap to a few bytes)
+  const std::size_t huge = SIZE_MAX / 4 + 2;
+  const Error wraps = error_of_call([&] { c.all_reduce(x, x, huge, DataType::Float32, ReduceOp::Sum); });
+  CHECK(wraps.code() == ErrorCode::InvalidArgument);
+  CHECK(std::string(wraps.what()).find("more bytes than memory holds") != std::string::npos);
+  CHECK(error_of_call([&] { c.all_gather(x, x, SIZE_MAX / 8, DataType::Float32); }).code() == ErrorCode::InvalidArgument);
+  CHECK(error_of_call([&] { c.send(x, huge, DataType::Float32, 1); }).code() == ErrorCode::InvalidArgument);
   // Nothing was sent: both ranks still agree and work.
   run_ranks(2, [&](int r) {
     float v = 1;
     comms[r]->all_reduce(&v, 1, DataType::Float32, ReduceOp::Sum).wait();
     REQUIRE(v == 2);
   });
+}
+
+TEST_CASE("a completion callback that throws stops neither the other callbacks nor the thread that ran it", "[faults]") {
+  CommOptions options;
+  options.timeout = 30s;
+  const auto comms = make_comms(2, options);
+  std::vector<float> v(1 << 20, 1.0f);  // queued, not run by the caller
+  Work w = comms[0]->all_reduce(v.data(), v.size(), DataType::Float32, ReduceOp::Sum);  // rank 1 never calls
+  std::atomic<int> after{0};
+  w.on_complete([](const Work& done) { done.wait(); });  // rethrows the failure
+  w.on_complete([&](const Work&) { after.fetch_add(1); });
+  comms[0]->abort("test");
+  CHECK(error_of(w).code() == ErrorCode::Aborted);
+  for (int i = 0; i < 200 && after.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(after.load() == 1);
+  // and a later call still gets the communicator's error, not a crash
+  float x = 1;
+  CHECK(error_of(comms[0]->all_reduce(&x, 1, DataType::Float32, ReduceOp::Sum)).code() == ErrorCode::Aborted);
 }
 
 TEST_CASE("a rank that never arrives is a Timeout naming it", "[faults]") {
@@ -159,4 +186,24 @@ TEST_CASE("stream calls on a CPU communicator, and CUDA where there is none, are
 #endif
   options.device = "tpu:0";
   CHECK(error_of_call([&] { Communicator::create(options); }).code() == ErrorCode::InvalidArgument);
+}
+
+TEST_CASE("default names go on counting for a store re-created against the same server", "[faults]") {
+  TcpStoreOptions so;
+  so.port = 0;
+  so.token = "";
+  TcpStoreServer server(so);
+  std::vector<std::string> names;
+  for (int i = 0; i < 2; ++i) {  // as kzCommInitFromEnv then kzCommDestroy, twice
+    TcpStoreOptions co;
+    co.port = server.port();
+    co.token = "";
+    CommOptions options;
+    options.store = std::make_shared<TcpStore>(co);
+    options.rank = 0;
+    options.world_size = 1;
+    names.push_back(Communicator::create(options)->name());
+  }
+  CHECK(names[0] != names[1]);  // the second would otherwise read the first's keys
+  CHECK(names[1].rfind("kizuna/comm", 0) == 0);
 }
