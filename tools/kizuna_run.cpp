@@ -147,6 +147,15 @@ class Launcher {
       Outcome outcome = supervise(group, rdzv, round);
       if (outcome.kind == Outcome::Success && rdzv.multi_node()) outcome = exit_barrier(rdzv, round);
       if (outcome.kind == Outcome::Success) {
+        // What the workers left running goes, as after a failure.
+        const int late = group.stop(std::chrono::milliseconds(0));
+        if (group.left_behind() > 0)
+          say("killed " + std::to_string(group.left_behind()) + " process" +
+              (group.left_behind() == 1 ? "" : "es") + " the workers left running");
+        if (late != 0) {
+          give_up(rdzv, nodes + "kizuna-run got " + signal_name(late));
+          return 128 + late;
+        }
         try {
           rdzv.leave(o_.timeout);
         } catch (...) {
@@ -172,7 +181,9 @@ class Launcher {
       int sig = 0;
       if (outcome.kind == Outcome::LocalFailure || outcome.kind == Outcome::RemoteFailure)
         sig = let_workers_fail(group);
-      if (sig == 0) sig = stop_workers(group);
+      // Stopped in any case; at once when a signal came while they were let fail.
+      const int late = stop_workers(group, sig != 0);
+      if (sig == 0) sig = late;
       if (sig != 0 && outcome.kind != Outcome::Signal) {
         outcome.kind = Outcome::Signal;
         outcome.signal = sig;
@@ -317,12 +328,13 @@ class Launcher {
 
   // Stops what still runs; reports the workers that failed on their own
   // besides the first. Returns a stop signal received meanwhile.
-  int stop_workers(WorkerGroup& group) {
+  int stop_workers(WorkerGroup& group, bool at_once = false) {
     const int running = group.running();
     if (running > 0)
-      say("stopping " + std::to_string(running) + " worker" + (running == 1 ? "" : "s") + " (SIGTERM, then SIGKILL after " +
-          std::to_string(kStopGrace.count() / 1000) + " s)");
-    const int sig = group.stop(kStopGrace);
+      say("stopping " + std::to_string(running) + " worker" + (running == 1 ? "" : "s") +
+          (at_once ? " (SIGTERM, then SIGKILL at once: a signal came)"
+                   : " (SIGTERM, then SIGKILL after " + std::to_string(kStopGrace.count() / 1000) + " s)"));
+    const int sig = group.stop(at_once ? std::chrono::milliseconds(0) : kStopGrace);
     const auto& first = group.first_failure();
     for (const WorkerExit& e : group.exits())
       if (!e.ok() && !e.stopped && (!first || e.pid != first->pid))
@@ -371,9 +383,17 @@ int main(int argc, char** argv) {
 
   // Before any thread exists (the store server starts some), so that every
   // thread inherits the mask and the signals queue for the signalfd.
+  // A signal the caller set to be ignored (nohup's SIGHUP, SIGINT for a
+  // script's background job) stays ignored: blocked, it would still queue
+  // for the signalfd and stop the job.
   sigset_t signals;
   sigemptyset(&signals);
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, sig);
+  sigaddset(&signals, SIGCHLD);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
+    sigaddset(&signals, sig);
+  }
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the launcher
   g_signal_fd = ::signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC);

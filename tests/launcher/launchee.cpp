@@ -12,6 +12,8 @@
 //                             the others sleep until stopped
 //   sleep <dir>               starts a child that sleeps too, then sleeps until
 //                             stopped
+//   leave <dir>               starts a child in a session of its own that
+//                             sleeps, then exits 0, leaving it running
 //   stall <dir> <rank>        every rank all-reduces in a loop; rank <rank>
 //                             stops itself (SIGSTOP) after 20 of them, so
 //                             the others time out waiting for it
@@ -143,6 +145,18 @@ int sleep_with_child(const std::string& dir) {
   return sleep_until_stopped();
 }
 
+int leave_child(const std::string& dir) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::setsid();  // out of the worker's process group
+    std::this_thread::sleep_for(kSleepLimit);
+    ::_exit(4);
+  }
+  write_pid_file(dir, {::getpid(), child});
+  std::printf("rank %d leaving child %d behind\n", rank(), static_cast<int>(child));
+  return 0;
+}
+
 int fail_once(const std::string& dir, int who, int code) {
   const std::string marker = dir + "/failed-once";
   struct stat st {};
@@ -178,17 +192,18 @@ int stall(int who) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: kizuna-test-launchee env|affinity|exit|sleep|stall|fail-once <dir> [args]\n");
+    std::fprintf(stderr, "usage: kizuna-test-launchee env|affinity|exit|sleep|leave|stall|fail-once <dir> [args]\n");
     return 2;
   }
   const std::string mode = argv[1];
   const std::string dir = argv[2];
   try {
-    if (mode != "sleep") write_pid_file(dir, {::getpid()});
+    if (mode != "sleep" && mode != "leave") write_pid_file(dir, {::getpid()});
     if (mode == "env") return print_env();
     if (mode == "affinity") return print_affinity();
     if (mode == "exit" && argc == 5) return exit_with(dir, std::atoi(argv[3]), std::atoi(argv[4]));
     if (mode == "sleep") return sleep_with_child(dir);
+    if (mode == "leave") return leave_child(dir);
     if (mode == "stall" && argc == 4) return stall(std::atoi(argv[3]));
     if (mode == "fail-once" && argc == 5) return fail_once(dir, std::atoi(argv[3]), std::atoi(argv[4]));
     std::fprintf(stderr, "unknown mode or wrong arguments: %s\n", mode.c_str());

@@ -29,8 +29,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <set>
 #include <cstdlib>
 #include <cstring>
 
@@ -190,6 +193,7 @@ WorkerGroup::~WorkerGroup() {
     const auto deadline = Clock::now() + kKillTimeout;
     while (running() > 0 && Clock::now() < deadline) pump(std::chrono::milliseconds(50));
   }
+  kill_descendants();
   for (auto& w : workers_) close_pipes(*w);
   close_fd(devnull_);
 }
@@ -219,15 +223,17 @@ void WorkerGroup::start(int round, const std::vector<std::vector<std::string>>& 
     w->local_rank = i;
     w->rank = plan_.first_rank + i;
     int out[2], err[2], status[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) throw Error(ErrorCode::SystemError, errno_text("pipe"));
-    if (::pipe2(err, O_CLOEXEC) != 0) {
-      ::close(out[0]), ::close(out[1]);
-      throw Error(ErrorCode::SystemError, errno_text("pipe"));
-    }
-    if (::pipe2(status, O_CLOEXEC) != 0) {
-      for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-      throw Error(ErrorCode::SystemError, errno_text("pipe"));
-    }
+    // Out of descriptors (a large --nproc-per-node under a small ulimit -n):
+    // the workers already started are stopped, as for any failed start.
+    auto no_pipe = [&](std::initializer_list<int> opened) {
+      const std::string message = errno_text("cannot start rank " + std::to_string(w->rank) + ": pipe");
+      for (int fd : opened) ::close(fd);
+      stop(std::chrono::milliseconds(0));
+      throw Error(ErrorCode::SystemError, message);
+    };
+    if (::pipe2(out, O_CLOEXEC) != 0) no_pipe({});
+    if (::pipe2(err, O_CLOEXEC) != 0) no_pipe({out[0], out[1]});
+    if (::pipe2(status, O_CLOEXEC) != 0) no_pipe({out[0], out[1], err[0], err[1]});
     cpu_set_t cpu;
     CPU_ZERO(&cpu);
     if (!plan_.cpus.empty()) CPU_SET(plan_.cpus[i], &cpu);
@@ -386,6 +392,59 @@ bool WorkerGroup::reap() {
   }
 }
 
+namespace {
+
+// The processes descended from `root`, from /proc (a process's parent is
+// the field after its name, which may hold spaces and parentheses: read
+// past the last ')').
+std::vector<pid_t> descendants_of(pid_t root) {
+  std::vector<std::pair<pid_t, pid_t>> parent_of;  // (pid, ppid)
+  if (DIR* proc = ::opendir("/proc")) {
+    while (const dirent* entry = ::readdir(proc)) {
+      char* end = nullptr;
+      const long pid = std::strtol(entry->d_name, &end, 10);
+      if (pid <= 0 || *end != '\0') continue;
+      char path[64], stat[512];
+      std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+      const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      const ssize_t n = ::read(fd, stat, sizeof stat - 1);
+      ::close(fd);
+      if (n <= 0) continue;
+      stat[n] = '\0';
+      const char* close_paren = std::strrchr(stat, ')');
+      char state = 0;
+      long ppid = 0;
+      if (close_paren && std::sscanf(close_paren + 1, " %c %ld", &state, &ppid) == 2)
+        parent_of.emplace_back(static_cast<pid_t>(pid), static_cast<pid_t>(ppid));
+    }
+    ::closedir(proc);
+  }
+  std::vector<pid_t> found{root};
+  for (std::size_t i = 0; i < found.size(); ++i)
+    for (const auto& [pid, ppid] : parent_of)
+      if (ppid == found[i]) found.push_back(pid);
+  found.erase(found.begin());
+  return found;
+}
+
+}  // namespace
+
+int WorkerGroup::kill_descendants() {
+  std::set<pid_t> killed;  // one that is slow to die is found again
+  const auto deadline = Clock::now() + std::chrono::milliseconds(2000);
+  do {
+    reap();  // a zombie is no one to kill
+    const std::vector<pid_t> left = descendants_of(::getpid());
+    if (left.empty()) break;
+    for (pid_t pid : left)
+      if (::kill(pid, SIGKILL) == 0) killed.insert(pid);
+    pollfd p{signal_fd_, POLLIN, 0};
+    ::poll(&p, 1, 20);
+  } while (Clock::now() < deadline);
+  return static_cast<int>(killed.size());
+}
+
 void WorkerGroup::kill_groups(int signal) {
   for (auto& w : workers_)
     if (w->running && ::kill(-w->pid, signal) != 0) ::kill(w->pid, signal);
@@ -422,9 +481,12 @@ int WorkerGroup::stop(std::chrono::milliseconds grace) {
       }
     }
   }
-  // What the workers started in their groups and left behind goes too; as
-  // subreaper kizuna-run then reaps those orphans, so no zombie outlives it.
-  for (auto& w : workers_) ::kill(-w->pid, SIGKILL);
+  // What the workers started and left behind goes too, found as kizuna-run's
+  // descendants rather than by the workers' process groups: a group that has
+  // emptied may by now carry another process's number, and what left its
+  // group (setsid) is still a descendant. As subreaper kizuna-run reaps
+  // those orphans, so no zombie outlives it.
+  left_behind_ = kill_descendants();
   const auto deadline = Clock::now() + std::chrono::milliseconds(2000);
   while (reap() && Clock::now() < deadline) {
     pollfd p{signal_fd_, POLLIN, 0};

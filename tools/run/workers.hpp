@@ -86,8 +86,13 @@ class WorkerGroup {
 
   // SIGTERM to every running worker's process group, SIGKILL to each group
   // after `grace` (or at once when SIGINT/SIGTERM arrives again meanwhile),
-  // then reaps them all. Returns a signal received meanwhile, else 0.
+  // then SIGKILL to every process still descended from kizuna-run (what the
+  // workers started and left behind, in their groups or not), and reaps
+  // them all. Also after a round whose workers all exited. Returns a signal
+  // received meanwhile, else 0.
   int stop(std::chrono::milliseconds grace);
+  // Processes the last stop() found left behind by workers that had exited.
+  int left_behind() const { return left_behind_; }
 
   const std::vector<WorkerExit>& exits() const { return exits_; }
   const RankOutput& output(int local_rank) const { return *outputs_[local_rank]; }
@@ -102,6 +107,9 @@ class WorkerGroup {
   void drain(Worker& w, bool until_eof);
   void close_pipes(Worker& w);
   void kill_groups(int signal);
+  // SIGKILL to every descendant of this process, until none is left or 2 s
+  // have passed, reaping them; returns how many were killed.
+  int kill_descendants();
 
   WorkerPlan plan_;
   int signal_fd_;
@@ -112,6 +120,7 @@ class WorkerGroup {
   std::optional<WorkerExit> first_failure_;
   int round_ = 0;
   bool stopping_ = false;
+  int left_behind_ = 0;
 };
 
 // Resolves `program` as execvp would (a name without '/' is looked up in
