@@ -16,10 +16,9 @@
 // finished it, or at once if it already has. fn must not block. An
 // exception fn throws on the thread that finished the Work is logged and
 // dropped (the other callbacks still run); one it throws at once, from
-// on_complete itself, reaches the caller. fn must not own the last
-// reference to the Communicator: it is destroyed on the thread that
-// finished the Work, which may be the communicator's own worker (not yet
-// handled: that destruction would try to join the worker from itself).
+// on_complete itself, reaches the caller. fn may hold the last reference
+// to the Communicator: released on the communicator's own worker, it
+// lets that thread end by itself instead of waiting for it.
 #pragma once
 
 #include <chrono>

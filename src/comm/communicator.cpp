@@ -204,6 +204,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   Clock::time_point last_enqueue;
   std::mutex exec_mutex;  // held while a task runs
   std::thread worker;
+  std::atomic<std::thread::id> inline_runner{};  // the thread in run_inline, if any
 
   // Set once, when the communicator becomes unusable.
   mutable std::mutex error_mutex;
@@ -225,8 +226,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
            " ranks), recent calls, oldest first:" + history.report(live, "", limit);
   }
 
+  // The worker holds a reference of its own until it ends (see shutdown).
   void start() {
-    worker = std::thread([this] { worker_loop(); });
+    worker = std::thread([self = shared_from_this()] { self->worker_loop(); });
   }
 
   void shutdown() {
@@ -236,7 +238,18 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       stopping = true;
     }
     queue_cv.notify_all();
-    if (worker.joinable()) worker.join();
+    // A thread that cannot wait for the worker (the worker itself, or one
+    // running calls inline, whose exec_mutex the worker may be waiting for:
+    // both happen when a Work callback held the last reference to the
+    // Communicator) lets it go instead. The worker runs out the queue, ends,
+    // and drops its reference; the last one's release destroys the Impl.
+    const auto me = std::this_thread::get_id();
+    if (worker.joinable()) {
+      if (me == worker.get_id() || me == inline_runner.load())
+        worker.detach();
+      else
+        worker.join();
+    }
     for (auto& link : links)
       if (link) link->interrupt();
     std::this_thread::sleep_until(Clock::time_point(Clock::duration(keep_store_until.load())));
@@ -336,6 +349,11 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   void run_inline(const std::shared_ptr<Task>& task) {
     std::unique_lock exec = take_exec_briefly();
     if (!exec) return;
+    inline_runner.store(std::this_thread::get_id());
+    struct Done {
+      std::atomic<std::thread::id>& runner;
+      ~Done() { runner.store(std::thread::id()); }
+    } done{inline_runner};
     // A caller that waits as soon as it calls (a blocking pattern) lets the
     // worker sleep through its calls; one that waits later, as DDP's
     // finalize() does for its last bucket, says nothing about the calls it

@@ -207,3 +207,19 @@ TEST_CASE("default names go on counting for a store re-created against the same 
   CHECK(names[0] != names[1]);  // the second would otherwise read the first's keys
   CHECK(names[1].rfind("kizuna/comm", 0) == 0);
 }
+
+TEST_CASE("a completion callback may hold the last reference to its communicator", "[faults]") {
+  auto comms = make_comms(2);
+  std::vector<float> a(1 << 20, 1.0f), b(1 << 20, 2.0f);  // queued, for the worker to run
+  Work w = comms[0]->all_reduce(a.data(), a.size(), DataType::Float32, ReduceOp::Sum);
+  std::atomic<bool> ran{false};
+  // Released on rank 0's worker once it has run the call: the communicator
+  // is destroyed there, on the thread it would otherwise wait for.
+  w.on_complete([c = comms[0], &ran](const Work&) { ran = true; });
+  comms[0].reset();
+  comms[1]->all_reduce(b.data(), b.size(), DataType::Float32, ReduceOp::Sum).wait();
+  w.wait();
+  CHECK(ran.load());
+  CHECK(a[0] == 3.0f);
+  CHECK(b[12345] == 3.0f);
+}
