@@ -900,8 +900,10 @@ void check_buffer(const void* p, std::size_t count, const char* what, const char
 // What a call's buffers hold, in bytes, must be a size: a count that
 // overflows it would address far outside the caller's buffers.
 void check_size(std::size_t count, DataType dtype, std::size_t ranks, const char* call) {
-  constexpr std::size_t kMax = static_cast<std::size_t>(PTRDIFF_MAX);
-  KIZUNA_CHECK_ARG(count <= kMax / size_of(dtype) / ranks, call, ": a count of ", count, " ", name(dtype),
+  std::size_t bytes = 0;  // a multiplication, not a division: this is on every call's path
+  const bool overflows = __builtin_mul_overflow(count, size_of(dtype) * ranks, &bytes) ||
+                         bytes > static_cast<std::size_t>(PTRDIFF_MAX);
+  KIZUNA_CHECK_ARG(!overflows, call, ": a count of ", count, " ", name(dtype),
                    " elements", ranks > 1 ? " times the world size" : "", " is more bytes than memory holds");
 }
 
