@@ -40,6 +40,32 @@ wire::Bytes valid_set(const std::string& key, const std::string& value) {
   return out;
 }
 
+// A server on a free port, or a client of the one on `port`, without a token.
+TcpStoreOptions open_options(int port = 0) {
+  TcpStoreOptions o;
+  o.port = port;
+  o.token = "";
+  return o;
+}
+
+// Appends the frame of request `id`, `op` on `keys`, to `out`.
+void append_request(wire::Bytes& out, wire::Op op, std::uint32_t id, std::vector<std::string> keys = {},
+                    std::uint32_t timeout_ms = 0) {
+  wire::Request r;
+  r.op = op;
+  r.id = id;
+  r.keys = std::move(keys);
+  r.timeout_ms = timeout_ms;
+  wire::encode(r, out);
+}
+
+// Hands `bytes` to `reader` as if read from its socket.
+void feed(wire::FrameReader& reader, const std::vector<std::uint8_t>& bytes) {
+  auto space = reader.prepare(bytes.size());
+  std::copy(bytes.begin(), bytes.end(), space.begin());
+  reader.commit(bytes.size());
+}
+
 struct Case {
   const char* name;
   wire::Bytes bytes;
@@ -80,13 +106,8 @@ std::vector<Case> malformed_cases() {
 
 TEST_CASE("malformed frames close that connection, and the server serves the others",
           "[malformed]") {
-  TcpStoreOptions so;
-  so.port = 0;
-  so.token = "";
-  TcpStoreServer server(so);
-  TcpStoreOptions co;
-  co.port = server.port();
-  co.token = "";
+  TcpStoreServer server(open_options());
+  const TcpStoreOptions co = open_options(server.port());
   TcpStore bystander(co);  // connected before, used after each attack
   bystander.set("before", std::string_view("1"));
 
@@ -110,9 +131,7 @@ TEST_CASE("malformed frames close that connection, and the server serves the oth
 }
 
 TEST_CASE("a frame that stalls half-way is dropped after the store timeout", "[malformed]") {
-  TcpStoreOptions so;
-  so.port = 0;
-  so.token = "";
+  TcpStoreOptions so = open_options();
   so.timeout = 300ms;
   TcpStoreServer server(so);
   RawSocket raw(server.port());
@@ -127,18 +146,13 @@ TEST_CASE("a frame that stalls half-way is dropped after the store timeout", "[m
 TEST_CASE("a client streaming frames for longer than the store timeout is not dropped", "[malformed]") {
   // Each read ends half-way through a frame, but every frame completes at
   // once: the timeout is a frame's, not the stream's.
-  TcpStoreOptions so;
-  so.port = 0;
-  so.token = "";
+  TcpStoreOptions so = open_options();
   so.timeout = 300ms;
   TcpStoreServer server(so);
   RawSocket raw(server.port());
   raw.read_exactly(wire::kHeaderBytes + 1);  // hello
   wire::Bytes ping;
-  wire::Request r;
-  r.op = wire::Op::Ping;
-  r.id = 1;
-  wire::encode(r, ping);
+  append_request(ping, wire::Op::Ping, 1);
   const std::size_t half = ping.size() / 2;
   REQUIRE(raw.send(wire::Bytes(ping.begin(), ping.begin() + half)));
   for (int i = 0; i < 12; ++i) {  // 1.2 s: four timeouts
@@ -154,38 +168,23 @@ TEST_CASE("pipelined requests behind a backlog of large replies are all answered
   // Two replies of 0.9 MB each put the connection over its 1 MiB backlog
   // while the first is being written; what follows them must still be
   // handled once the first has gone.
-  TcpStoreOptions so;
-  so.port = 0;
-  so.token = "";
-  TcpStoreServer server(so);
-  TcpStoreOptions co;
-  co.port = server.port();
-  co.token = "";
+  TcpStoreServer server(open_options());
+  const TcpStoreOptions co = open_options(server.port());
   TcpStore setter(co);
   const std::string value(900'000, 'v');
   setter.set("big", std::string_view(value));
   RawSocket raw(server.port());
   raw.read_exactly(wire::kHeaderBytes + 1);  // hello
   wire::Bytes frames;
-  for (std::uint32_t id : {1u, 2u}) {
-    wire::Request get;
-    get.op = wire::Op::Get;
-    get.id = id;
-    get.keys = {"big"};
-    wire::encode(get, frames);
-  }
-  wire::Request ping;
-  ping.op = wire::Op::Ping;
-  ping.id = 3;
-  wire::encode(ping, frames);
+  append_request(frames, wire::Op::Get, 1, {"big"});
+  append_request(frames, wire::Op::Get, 2, {"big"});
+  append_request(frames, wire::Op::Ping, 3);
   REQUIRE(raw.send(frames));
   const std::size_t expected = 2 * (wire::kHeaderBytes + 4 + value.size()) + wire::kHeaderBytes;
   const auto replies = raw.read_exactly(expected, 10s);
   REQUIRE(replies.size() == expected);
   wire::FrameReader reader(2 << 20);
-  auto space = reader.prepare(replies.size());
-  std::copy(replies.begin(), replies.end(), space.begin());
-  reader.commit(replies.size());
+  feed(reader, replies);
   wire::Header h;
   std::span<const std::uint8_t> body;
   std::string error;
@@ -197,38 +196,23 @@ TEST_CASE("pipelined requests behind a backlog of large replies are all answered
 }
 
 TEST_CASE("pipelined requests are answered in order", "[malformed]") {
-  TcpStoreOptions so;
-  so.port = 0;
-  so.token = "";
-  TcpStoreServer server(so);
+  TcpStoreServer server(open_options());
   RawSocket raw(server.port());
   raw.read_exactly(wire::kHeaderBytes + 1);  // hello
   // A held get first, then a set that releases it, all in one write.
   wire::Bytes frames;
-  wire::Request get;
-  get.op = wire::Op::Get;
-  get.id = 7;
-  get.keys = {"p"};
-  get.timeout_ms = 60'000;
-  wire::encode(get, frames);
-  TcpStoreOptions co;
-  co.port = server.port();
-  co.token = "";
+  append_request(frames, wire::Op::Get, 7, {"p"}, 60'000);
+  const TcpStoreOptions co = open_options(server.port());
   TcpStore other(co);
   REQUIRE(raw.send(frames));
   REQUIRE(eventually([&] { return server.num_waiters() == 1; }));
   wire::Bytes more;
-  wire::Request ping;
-  ping.op = wire::Op::Ping;
-  ping.id = 8;
-  wire::encode(ping, more);
+  append_request(more, wire::Op::Ping, 8);
   REQUIRE(raw.send(more));  // queued behind the held get
   other.set("p", std::string_view("released"));
   const auto replies = raw.read_exactly(wire::kHeaderBytes + 4 + 8 + wire::kHeaderBytes);
   wire::FrameReader reader(1 << 20);
-  auto space = reader.prepare(replies.size());
-  std::copy(replies.begin(), replies.end(), space.begin());
-  reader.commit(replies.size());
+  feed(reader, replies);
   wire::Header h;
   std::span<const std::uint8_t> body;
   std::string error;
