@@ -17,6 +17,7 @@
 
 #include <kizuna/error.hpp>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -29,13 +30,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #include <algorithm>
 #include <cerrno>
-#include <set>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 namespace kizuna::run {
 
