@@ -97,6 +97,20 @@ class Communicator {
   Work send(const void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream);
   Work recv(void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream);
 
+  // Symmetric memory (NCCL's registered buffers, PyTorch's SymmetricMemory):
+  // `bytes` of zeroed, page-aligned host memory that the other ranks of the
+  // node can read directly. Collective: every rank calls it in the same
+  // order with the same size. All-reduces whose buffers (input and output)
+  // lie in such memory on every rank skip the shared-memory slots: each
+  // rank reduces its share straight from its peers' buffers and copies the
+  // results straight out of theirs, which moves about 5/9 of the bytes
+  // (docs/symmetric-memory.md). Every rank must then pass such memory for
+  // the same calls, at any offset. Where the ranks span several nodes, talk
+  // over TCP, or cannot share memory, it is ordinary memory and calls on
+  // it run as usual. The memory lives while the returned pointer (or a
+  // call on it) does, even past the communicator.
+  std::shared_ptr<void> allocate_symmetric(std::size_t bytes);
+
   // "cpu", or the GPU stream calls use and how ("cuda:0 (NVIDIA H200), ...").
   std::string device() const;
 

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -31,6 +32,7 @@
 #include "comm/history.hpp"
 #include "comm/signal_dump.hpp"
 #include "comm/staged_call.hpp"
+#include "comm/symmetric.hpp"
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
 #include "core/coarse_clock.hpp"
@@ -166,6 +168,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::unique_ptr<comm::ShmSegments> shm;  // before links: it must outlive them
   std::vector<std::unique_ptr<transport::Link>> links;
   std::unique_ptr<comm::Executor> executor;
+  // Symmetric memory (comm/symmetric.hpp): on one node joined by shared
+  // memory; null elsewhere.
+  std::unique_ptr<comm::SymmetricMemory> symmetric;
   std::unique_ptr<comm::DeviceBackend> device;  // null: a CPU communicator
   // (collective, algorithm, root, count, element size): see schedule_key().
   using ScheduleKey = std::tuple<int, int, int, std::uint64_t, std::uint64_t>;
@@ -405,6 +410,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::optional<Work> try_direct(Task& t) {
     if (t.kind != Task::Kind::Collective || check || t.count * size_of(t.dtype) > kDirectBytes)
       return std::nullopt;
+    // A call on symmetric memory meets its peers and may sleep: queued.
+    if (on_symmetric(t)) return std::nullopt;
     std::unique_lock exec = take_exec_briefly();
     if (!exec) return std::nullopt;
     {
@@ -731,12 +738,14 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
                       << history.status_fields(live) << " error=" << kizuna::name(e.code());
     const int lost = executor ? executor->failed_peer() : -1;
     // Pass a peer's notice on unchanged (its origin saw the root cause);
-    // otherwise this rank is the origin.
+    // otherwise this rank is the origin. Every live peer is told, the one
+    // whose message did not match or that kept us waiting included; only a
+    // lost rank is not.
     transport::AbortNotice notice{rank, e.code() == ErrorCode::PeerLost ? lost : -1, e.code(), e.what()};
     if (executor && executor->cause()) notice = *executor->cause();
     const auto deadline = Clock::now() + kAbortGrace;
     for (auto& link : links) {
-      if (!link || link->peer() == lost || link->peer() == notice.origin) continue;
+      if (!link || link->peer() == notice.lost_rank || link->peer() == notice.origin) continue;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       link->send_abort(notice, std::max(left, std::chrono::milliseconds(1)));
     }
@@ -806,6 +815,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       execute_p2p(t, deadline);
       return true;
     }
+    if (on_symmetric(t)) {
+      execute_symmetric(t, deadline);
+      return true;
+    }
     const std::size_t elem = size_of(t.dtype);
     Plan& p = last_plan;
     if (!p.schedule || p.collective != t.collective || p.root != t.root || p.count != t.count || p.elem != elem) {
@@ -829,6 +842,26 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
     finish_collective(t);
     return true;
+  }
+
+  // An all-reduce whose buffers are symmetric memory, left to the cost
+  // model (a forced algorithm runs as forced, through the slots).
+  bool on_symmetric(const Task& t) const {
+    if (!symmetric || !symmetric->any() || t.kind != Task::Kind::Collective ||
+        t.collective != Collective::AllReduce || algo_override != Algorithm::Auto || t.staged)
+      return false;
+    const std::size_t bytes = t.count * size_of(t.dtype);
+    return symmetric->holds(t.input, bytes) && symmetric->holds(t.output, bytes);
+  }
+
+  void execute_symmetric(Task& t, Clock::time_point deadline) {
+    t.label = label(t, algo::Algorithm::Ring);
+    t.label.algorithm = "symmetric";
+    if (check) verify_fingerprints(t, deadline, t.label);
+    history.started(t.history_id, "symmetric", 3);
+    const bool ran = symmetric->all_reduce({t.input, t.output, t.count, t.dtype, t.op, t.seq}, deadline, t.label);
+    KIZUNA_CHECK(ran, t.label.str(), ": its buffers are no longer symmetric memory");
+    finish_collective(t);
   }
 
   void finish_collective(const Task& t) {
@@ -1068,6 +1101,23 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
       }
     }
   }
+  // Symmetric memory where every rank is on one node and shared memory is
+  // allowed (what every rank knows alike; a pair that fell back to TCP is
+  // found when memory is allocated).
+  if (impl->topology.nodes == 1 && impl->world > 1 && shared_memory) {
+    comm::SymmetricSetup sym;
+    sym.store = options.store.get();
+    sym.prefix = impl->name;
+    sym.rank = impl->rank;
+    sym.world = impl->world;
+    sym.comm_id = impl->topology.comm_id;
+    for (auto& link : impl->links) sym.links.push_back(link.get());
+    sym.spin = std::chrono::microseconds(spin_us);
+    sym.yield = std::chrono::microseconds(yield_us);
+    sym.aborted = &impl->broken;
+    sym.live = &impl->live;
+    impl->symmetric = std::make_unique<comm::SymmetricMemory>(std::move(sym));
+  }
   impl->p2p_sent.assign(impl->world, 0);
   impl->p2p_received.assign(impl->world, 0);
   impl->start();
@@ -1305,6 +1355,20 @@ Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int pee
   const std::size_t n = count * size_of(dtype);
   const auto r = stage(stream, nullptr, 0, 0, buffer, n, 0, n, impl_->timeout);
   return impl_->enqueue_device(std::move(t), r);
+}
+
+std::shared_ptr<void> Communicator::allocate_symmetric(std::size_t bytes) {
+  if (impl_->symmetric) {
+    const auto deadline = Clock::now() + std::max(impl_->timeout, std::chrono::milliseconds(60'000));
+    if (std::shared_ptr<void> p = impl_->symmetric->allocate(bytes, deadline)) return p;
+  }
+  // Ordinary memory: page-aligned and zeroed, like the symmetric kind.
+  const std::size_t page = 4096;
+  KIZUNA_CHECK_ARG(bytes <= SIZE_MAX - page, "allocate_symmetric: ", bytes, " bytes is too many");
+  void* p = std::aligned_alloc(page, (bytes + page - 1) / page * page + (bytes == 0 ? page : 0));
+  if (p == nullptr) KIZUNA_THROW(ErrorCode::SystemError, "allocate_symmetric: cannot allocate ", bytes, " bytes");
+  std::memset(p, 0, bytes);
+  return std::shared_ptr<void>(p, std::free);
 }
 
 std::string Communicator::device() const { return impl_->device ? impl_->device->describe() : "cpu"; }

@@ -1,0 +1,302 @@
+#include "comm/symmetric.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "core/check.hpp"
+#include "core/log.hpp"
+#include "core/reduce.hpp"
+#include "transport/shm/futex.hpp"
+#include "transport/shm/segment.hpp"
+
+namespace kizuna::comm {
+
+using transport::shm::Region;
+using transport::shm::RegionCall;
+using transport::shm::RegionHeader;
+
+// One allocation: every rank's region, this rank's own included (by rank).
+struct SymmetricMemory::Allocation {
+  std::uint64_t number = 0;
+  std::uint64_t bytes = 0;
+  std::vector<Region> regions;
+};
+
+namespace {
+
+// The folds of phase 1 go block by block, so that the block being summed
+// stays in the first-level caches while every rank's part is added to it.
+constexpr std::size_t kFoldBlockBytes = 32 << 10;
+// How long one sleep may last before the peers' connections and the
+// communicator's abort are looked at again.
+constexpr auto kNap = std::chrono::milliseconds(2);
+constexpr int kClockEvery = 64;
+
+// A name remove_stale_segments() recognises, distinct per allocation.
+std::string region_name(std::uint64_t comm_id, std::uint64_t number, int rank,
+                        std::chrono::steady_clock::time_point deadline) {
+  const auto wall = std::chrono::system_clock::now() +
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - std::chrono::steady_clock::now());
+  return transport::shm::segment_name(static_cast<int>(::getpid()), comm_id + (number + 1) * 0x9e3779b97f4a7c15ull,
+                                      rank, wall);
+}
+
+std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+}  // namespace
+
+SymmetricMemory::SymmetricMemory(SymmetricSetup setup) : setup_(std::move(setup)) {}
+
+SymmetricMemory::~SymmetricMemory() = default;
+
+std::shared_ptr<void> SymmetricMemory::allocate(std::size_t bytes, Clock::time_point deadline) {
+  std::lock_guard serial(allocate_mutex_);
+  const int rank = setup_.rank, world = setup_.world;
+  const bool first = sync_.empty();
+  const std::uint64_t number = next_number_++;
+  const std::string key = setup_.prefix + "/symmetric/" + std::to_string(number) + "/";
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  // Every rank joined by shared memory (its links say so), or none: a
+  // rank that cannot take part says "-" and every rank sees it.
+  bool able = true;
+  for (int r = 0; r < world; ++r)
+    if (r != rank && (setup_.links.at(r) == nullptr || !setup_.links[r]->uses_doorbell())) able = false;
+  auto allocation = std::make_shared<Allocation>();
+  allocation->number = number;
+  allocation->bytes = bytes;
+  allocation->regions.resize(world);
+  std::vector<Region> sync(first ? world : 0);
+  std::string mine = "-";
+  if (able) {
+    try {
+      allocation->regions[rank] = Region::create(region_name(setup_.comm_id, number, rank, deadline), bytes,
+                                                 setup_.comm_id, rank, number);
+      mine = allocation->regions[rank].name();
+      if (first) {
+        sync[rank] = Region::create(region_name(setup_.comm_id, 0, rank, deadline), 0, setup_.comm_id, rank, 0);
+        mine += " " + sync[rank].name();
+      }
+    } catch (const Error& e) {
+      KIZUNA_LOG(Warn) << "rank " << rank << ": symmetric memory of " << bytes << " bytes: " << e.what();
+      mine = "-";
+    }
+  }
+  setup_.store->set(key + std::to_string(rank), mine);
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(key + std::to_string(r));
+  const std::vector<Bytes> names = setup_.store->multi_get(keys, left());
+  bool mapped = mine != "-";
+  for (int r = 0; r < world && mapped; ++r) {
+    const std::string entry = text(names[r]);
+    if (entry == "-") {
+      mapped = false;
+      break;
+    }
+    if (r == rank) continue;
+    try {
+      const std::size_t space = entry.find(' ');
+      allocation->regions[r] = Region::map(entry.substr(0, space), bytes, setup_.comm_id, r, number);
+      if (first) {
+        if (space == std::string::npos)
+          KIZUNA_THROW(ErrorCode::Mismatch, "rank ", r, "'s symmetric memory entry names no meeting region: ",
+                       entry);
+        sync[r] = Region::map(entry.substr(space + 1), 0, setup_.comm_id, r, 0);
+      }
+    } catch (const Error& e) {
+      KIZUNA_LOG(Warn) << "rank " << rank << ": symmetric memory: " << e.what();
+      mapped = false;
+    }
+  }
+  // Everyone mapped everything (or someone could not): only then may the
+  // names go, and every rank decides alike.
+  setup_.store->set(key + "mapped/" + std::to_string(rank), mapped ? "1" : "0");
+  std::vector<std::string> done;
+  for (int r = 0; r < world; ++r) done.push_back(key + "mapped/" + std::to_string(r));
+  bool all = true;
+  for (const Bytes& b : setup_.store->multi_get(done, left())) all = all && text(b) == "1";
+  if (mine != "-") {
+    allocation->regions[rank].unlink();
+    if (first) sync[rank].unlink();
+  }
+  if (!all) return nullptr;
+  if (first) {
+    sync_ = std::move(sync);
+    ready_.store(true, std::memory_order_release);
+  }
+  void* data = allocation->regions[rank].data();
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = by_address_.begin(); it != by_address_.end();)
+      it = it->second.expired() ? by_address_.erase(it) : std::next(it);
+    by_address_[reinterpret_cast<std::uintptr_t>(data)] = allocation;
+  }
+  return std::shared_ptr<void>(std::move(allocation), data);
+}
+
+SymmetricMemory::Found SymmetricMemory::find(const void* p, std::size_t bytes) const {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lock(mutex_);
+  auto it = by_address_.upper_bound(at);
+  if (it == by_address_.begin()) return {};
+  --it;
+  std::shared_ptr<Allocation> a = it->second.lock();
+  if (!a || at - it->first > a->bytes || bytes > a->bytes - (at - it->first)) return {};
+  return {std::move(a), at - it->first};
+}
+
+bool SymmetricMemory::holds(const void* p, std::size_t bytes) const { return find(p, bytes).allocation != nullptr; }
+
+std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::by_number(std::uint64_t number) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [address, weak] : by_address_)
+    if (auto a = weak.lock(); a && a->number == number) return a;
+  return nullptr;
+}
+
+void SymmetricMemory::arrive(std::uint64_t phase) {
+  sync_[setup_.rank].header()->arrived.store(phase, std::memory_order_release);
+  // Pairs with the sleeper's fence: either it sees the phase, or we see it
+  // asleep and ring.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int r = 0; r < setup_.world; ++r) {
+    if (r == setup_.rank) continue;
+    RegionHeader* h = sync_[r].header();
+    if (h->sleeping.load(std::memory_order_relaxed)) {
+      h->doorbell.fetch_add(1, std::memory_order_relaxed);
+      transport::futex_wake_all(&h->doorbell);
+    }
+  }
+}
+
+void SymmetricMemory::check_peer(int peer, const RunLabel& label) {
+  if (setup_.aborted && setup_.aborted->load(std::memory_order_relaxed))
+    KIZUNA_THROW(ErrorCode::Aborted, label.str(), ": the communicator was aborted");
+  transport::Link* link = setup_.links.at(peer);
+  if (!link->peer_closed()) return;
+  if (const transport::AbortNotice* notice = link->received_abort())
+    throw Error(notice->code, notice->message);
+  KIZUNA_THROW(ErrorCode::PeerLost, "rank ", peer, " is gone (its connection closed) in ", label.str());
+}
+
+void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadline, const RunLabel& label) {
+  RegionHeader* me = sync_[setup_.rank].header();
+  for (int peer = 0; peer < setup_.world; ++peer) {
+    if (peer == setup_.rank) continue;
+    const auto& arrived = sync_[peer].header()->arrived;
+    if (arrived.load(std::memory_order_acquire) >= phase) continue;
+    if (setup_.live) setup_.live->awaiting.store(peer, std::memory_order_relaxed);
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point spin_until = start + setup_.spin, yield_until = spin_until + setup_.yield;
+    for (int idle = 1; arrived.load(std::memory_order_acquire) < phase; ++idle) {
+      if (idle % kClockEvery != 0) continue;
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline)
+        KIZUNA_THROW(ErrorCode::Timeout, "timed out after ",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
+                     " ms waiting for rank ", peer, " in ", label.str());
+      if (now < spin_until) continue;
+      if (now < yield_until) {
+        std::this_thread::yield();
+        continue;
+      }
+      check_peer(peer, label);
+      // Asleep: announced, fenced, then a last look (see arrive()).
+      me->sleeping.store(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const std::uint32_t bell = me->doorbell.load(std::memory_order_acquire);
+      if (arrived.load(std::memory_order_acquire) < phase)
+        transport::futex_wait(&me->doorbell, bell,
+                              std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::min<Clock::duration>(kNap, std::max<Clock::duration>(deadline - now, {}))));
+      me->sleeping.store(0, std::memory_order_relaxed);
+    }
+  }
+  if (setup_.live) setup_.live->awaiting.store(-1, std::memory_order_relaxed);
+}
+
+void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
+                                  std::vector<const unsigned char*>& inputs,
+                                  std::vector<const unsigned char*>& outputs,
+                                  std::vector<std::shared_ptr<Allocation>>& keep) {
+  const std::uint64_t bytes = mine.count * size_of(static_cast<DataType>(mine.dtype));
+  for (int r = 0; r < setup_.world; ++r) {
+    const RegionCall c = sync_[r].header()->call;
+    if (c.seq != mine.seq || c.count != mine.count || c.dtype != mine.dtype || c.op != mine.op)
+      KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq, " (", c.count, " of ",
+                   name(static_cast<DataType>(c.dtype)), ", ", name(static_cast<ReduceOp>(c.op)),
+                   ") on symmetric memory where this rank is in #", mine.seq, " (", mine.count, " of ",
+                   name(static_cast<DataType>(mine.dtype)), ", ", name(static_cast<ReduceOp>(mine.op)), ")");
+    auto in = by_number(c.input_region), out = by_number(c.output_region);
+    if (!in || !out || c.input_offset > in->bytes || bytes > in->bytes - c.input_offset ||
+        c.output_offset > out->bytes || bytes > out->bytes - c.output_offset)
+      KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, "'s buffers (allocations #", c.input_region,
+                   " at ", c.input_offset, " and #", c.output_region, " at ", c.output_offset,
+                   ") are not inside symmetric memory this rank holds");
+    inputs[r] = in->regions[r].data() + c.input_offset;
+    outputs[r] = out->regions[r].data() + c.output_offset;
+    keep.push_back(std::move(in));
+    keep.push_back(std::move(out));
+  }
+}
+
+bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, const RunLabel& label) {
+  const std::size_t elem = size_of(call.dtype);
+  const std::size_t bytes = call.count * elem;
+  if (!any()) return false;
+  const auto* in_begin = static_cast<const unsigned char*>(call.input);
+  auto* out_begin = static_cast<unsigned char*>(call.output);
+  if (in_begin != out_begin && in_begin < out_begin + bytes && out_begin < in_begin + bytes) return false;
+  Found in = find(call.input, bytes), out = find(call.output, bytes);
+  if (!in.allocation || !out.allocation) return false;
+
+  const int rank = setup_.rank, world = setup_.world;
+  RegionHeader* me = sync_[rank].header();
+  me->call = RegionCall{call.seq,
+                        call.count,
+                        static_cast<std::uint32_t>(call.dtype),
+                        static_cast<std::uint32_t>(call.op),
+                        static_cast<std::uint32_t>(in.allocation->number),
+                        static_cast<std::uint32_t>(out.allocation->number),
+                        in.offset,
+                        out.offset};
+  const std::uint64_t base = phase_;
+  phase_ += 3;
+  // Meeting 1: every rank's input is ready, and its call known.
+  arrive(base + 1);
+  wait_for_all(base + 1, deadline, label);
+  std::vector<const unsigned char*> inputs(world), outputs(world);
+  std::vector<std::shared_ptr<Allocation>> keep;
+  check_calls(me->call, label, inputs, outputs, keep);
+
+  // Rank q's chunk: elements [lo(q), lo(q + 1)).
+  const std::size_t per = call.count / world, extra = call.count % world;
+  auto lo = [&](int q) { return (q * per + std::min<std::size_t>(q, extra)) * elem; };
+  // Phase 1: fold chunk `rank` of every input into this rank's output,
+  // this rank's own first (in place, the output is that input).
+  const std::size_t block = kFoldBlockBytes / elem * elem;
+  for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
+    const std::size_t n = std::min(block, end - at) / elem;
+    core::reduce_into(out_begin + at, inputs[rank] + at, inputs[(rank + 1) % world] + at, n, call.dtype, call.op);
+    for (int k = 2; k < world; ++k) core::reduce(out_begin + at, inputs[(rank + k) % world] + at, n, call.dtype, call.op);
+  }
+  // Meeting 2: every chunk reduced.
+  arrive(base + 2);
+  wait_for_all(base + 2, deadline, label);
+  // Phase 2: the peers' reduced chunks, out of their outputs.
+  for (int k = 1; k < world; ++k) {
+    const int q = (rank + k) % world;
+    std::memcpy(out_begin + lo(q), outputs[q] + lo(q), lo(q + 1) - lo(q));
+  }
+  // Meeting 3: nobody reads this rank's buffers any more.
+  arrive(base + 3);
+  wait_for_all(base + 3, deadline, label);
+  return true;
+}
+
+}  // namespace kizuna::comm

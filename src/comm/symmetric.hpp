@@ -1,0 +1,124 @@
+// comm/symmetric.hpp: symmetric memory (NCCL's registered user buffers,
+// PyTorch's SymmetricMemory), and the all-reduce that runs on it.
+//
+// allocate() is collective over a communicator whose ranks all share one
+// node through shared memory. Every rank creates a region of the same size
+// (transport/shm/region.hpp), publishes its name in the store, maps every
+// peer's, and unlinks its own once all have mapped it (a crash leaves
+// nothing in /dev/shm). If any rank cannot (a full /dev/shm, a pair joined
+// by TCP), every rank learns it from the store and allocate() returns
+// nullptr on all of them alike.
+//
+// all_reduce() on such memory reads the peers' buffers in place instead of
+// passing messages through slots: reduce-scatter, each rank folding its
+// chunk of every rank's input into its own output, then all-gather, each
+// copying the peers' reduced chunks out of their outputs. Per rank of two
+// that reads and writes 5 half-buffers of memory, against 7 for a ring that
+// reads its peer's private buffer (Open MPI's CMA) and 9 for kizuna's slots
+// (docs/performance.md). Three meetings order it: all inputs ready, all
+// chunks reduced, all copies done (after which a buffer may change again).
+// At the first, each rank checks its peers' calls (sequence, count, type,
+// operation) and fails with Mismatch where they differ.
+//
+// Waiting spins, yields, then sleeps on the rank's doorbell, like the
+// executor; it watches the awaited peer's connection (its death is
+// PeerLost, its abort notice that error) and the communicator's abort, and
+// ends in Timeout at the deadline. Every rank must make the same calls on
+// symmetric memory: a rank that passes ordinary memory where its peers
+// pass symmetric memory leaves them waiting until their deadline.
+//
+// The registry is thread-safe (allocations come from callers' threads,
+// calls from the communicator's worker); all_reduce() runs on one thread
+// at a time.
+#pragma once
+
+#include <kizuna/store.hpp>
+#include <kizuna/types.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/executor.hpp"
+#include "comm/history.hpp"
+#include "transport/link.hpp"
+#include "transport/shm/region.hpp"
+
+namespace kizuna::comm {
+
+struct SymmetricSetup {
+  Store* store = nullptr;
+  std::string prefix;  // store keys go under prefix + "/symmetric/"
+  int rank = 0;
+  int world = 1;
+  std::uint64_t comm_id = 0;
+  std::vector<transport::Link*> links;  // by rank: whose death and notices to watch
+  std::chrono::microseconds spin{0}, yield{0};
+  const std::atomic<bool>* aborted = nullptr;  // the communicator's broken flag
+  LiveProgress* live = nullptr;
+};
+
+class SymmetricMemory {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit SymmetricMemory(SymmetricSetup setup);
+  ~SymmetricMemory();
+
+  // Collective: `bytes` (the same on every rank) of memory every rank can
+  // read; this rank's part, or nullptr on every rank when one could not.
+  // It stays mapped while the returned pointer or a call on it lives.
+  std::shared_ptr<void> allocate(std::size_t bytes, Clock::time_point deadline);
+
+  // Whether any allocation has been made (cheap: for the hot path).
+  bool any() const { return ready_.load(std::memory_order_acquire); }
+  // Whether [p, p + bytes) lies inside one live allocation.
+  bool holds(const void* p, std::size_t bytes) const;
+
+  struct Call {
+    const void* input = nullptr;
+    void* output = nullptr;
+    std::size_t count = 0;
+    DataType dtype = DataType::Float32;
+    ReduceOp op = ReduceOp::Sum;
+    std::uint64_t seq = 0;
+  };
+  // The all-reduce, when both buffers are symmetric (input == output, or
+  // not overlapping): false, having done nothing, when they are not.
+  bool all_reduce(const Call& call, Clock::time_point deadline, const RunLabel& label);
+
+ private:
+  struct Allocation;
+  struct Found {
+    std::shared_ptr<Allocation> allocation;
+    std::uint64_t offset = 0;
+  };
+  Found find(const void* p, std::size_t bytes) const;
+  std::shared_ptr<Allocation> by_number(std::uint64_t number) const;
+  // Advances this rank's phase and wakes sleeping peers.
+  void arrive(std::uint64_t phase);
+  // Until every peer has reached `phase`.
+  void wait_for_all(std::uint64_t phase, Clock::time_point deadline, const RunLabel& label);
+  void check_peer(int peer, const RunLabel& label);
+  // Every peer's call against this rank's; the peers' buffers.
+  void check_calls(const transport::shm::RegionCall& mine, const RunLabel& label,
+                   std::vector<const unsigned char*>& inputs, std::vector<const unsigned char*>& outputs,
+                   std::vector<std::shared_ptr<Allocation>>& keep);
+
+  SymmetricSetup setup_;
+  std::mutex allocate_mutex_;      // one allocation at a time
+  std::uint64_t next_number_ = 1;  // allocation numbers, alike on every rank
+  std::vector<transport::shm::Region> sync_;  // by rank: whose headers the meetings use
+  std::atomic<bool> ready_{false};            // sync_ is set
+  std::uint64_t phase_ = 0;
+  mutable std::mutex mutex_;
+  std::map<std::uintptr_t, std::weak_ptr<Allocation>> by_address_;
+};
+
+}  // namespace kizuna::comm

@@ -1,0 +1,162 @@
+// Symmetric memory (Communicator::allocate_symmetric, comm/symmetric.hpp),
+// threads as ranks: the all-reduce that reads the peers' buffers in place
+// against the serial reference, what happens when ranks disagree, and the
+// memory's life and fallbacks.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "collective_cases.hpp"
+#include "error_of.hpp"
+#include "run_ranks.hpp"
+
+using namespace kizuna;
+using namespace kizuna::test;
+
+namespace {
+
+CommOptions shm_options(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+  CommOptions options;
+  options.transport = Transport::Shm;
+  options.timeout = timeout;
+  return options;
+}
+
+// Names in /dev/shm that this process made.
+std::vector<std::string> my_shm_names() {
+  std::vector<std::string> names;
+  const std::string prefix = "kizuna-" + std::to_string(::getpid()) + "-";
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (const dirent* e = ::readdir(dir))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) names.push_back(e->d_name);
+    ::closedir(dir);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("all-reduce on symmetric memory matches the serial reference, in place and out of place", "[comm][symmetric]") {
+  const int world = GENERATE(2, 3, 4, 5);
+  const auto comms = make_comms(world, shm_options());
+  const std::uint64_t largest = 70'001;  // several fold blocks per chunk
+  std::vector<Case> cases = standard_cases(world, std::vector<DataType>(std::begin(kAllDataTypes), std::end(kAllDataTypes)),
+                                           std::vector<ReduceOp>(std::begin(kAllReduceOps), std::end(kAllReduceOps)));
+  std::erase_if(cases, [](const Case& c) { return c.op != Op::AllReduce; });
+  for (bool in_place : {false, true}) cases.push_back({Op::AllReduce, DataType::Float32, ReduceOp::Sum, largest, in_place});
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  run_ranks(world, [&](int r) {
+    Communicator& comm = *comms[r];
+    // Input and output in one allocation, at offsets that differ by rank.
+    const std::size_t room = largest * 8 + 4096;
+    const std::shared_ptr<void> memory = comm.allocate_symmetric(2 * room);
+    auto* bytes = static_cast<unsigned char*>(memory.get());
+    for (const Case& c : cases) {
+      const CollectiveReference ref(c.dtype, c.rop);
+      const std::vector<unsigned char> in = ref.input_buffer(r, c.count);
+      unsigned char* input = bytes + 64 * r;
+      unsigned char* output = c.in_place ? input : bytes + room + 8 * r;
+      std::memcpy(input, in.data(), in.size());
+      comm.all_reduce(input, output, c.count, c.dtype, c.rop).wait();
+      const std::string wrong = ref.compare(output, c.count, [&](std::uint64_t i, unsigned char* w) {
+        expected_output(ref, Op::AllReduce, world, r, c.count, i, w);
+      });
+      if (!wrong.empty()) {
+        std::ostringstream msg;
+        msg << c.str() << ", rank " << r << " of " << world << ": " << wrong;
+        std::lock_guard lock(mutex);
+        failures.push_back(msg.str());
+      }
+    }
+  });
+  if (!failures.empty()) FAIL(failures.size() << " failures; the first: " << failures.front());
+}
+
+TEST_CASE("symmetric memory is unlinked from /dev/shm once mapped, and outlives its communicator", "[comm][symmetric]") {
+  std::vector<std::shared_ptr<void>> kept(3);
+  {
+    const auto comms = make_comms(3, shm_options());
+    run_ranks(3, [&](int r) {
+      kept[r] = comms[r]->allocate_symmetric(1 << 20);
+      std::memset(kept[r].get(), r + 1, 1 << 20);
+    });
+    CHECK(my_shm_names().empty());
+    run_ranks(3, [&](int r) { comms[r]->all_reduce(kept[r].get(), (1 << 20) / 4, DataType::Int32, ReduceOp::Sum).wait(); });
+  }
+  // 0x01010101 + 0x02020202 + 0x03030303, in every element, on every rank.
+  for (int r = 0; r < 3; ++r) {
+    const auto* words = static_cast<const std::int32_t*>(kept[r].get());
+    CHECK(words[0] == 0x06060606);
+    CHECK(words[(1 << 18) - 1] == 0x06060606);
+  }
+}
+
+TEST_CASE("ranks that disagree on a call on symmetric memory all fail with Mismatch, naming both calls", "[comm][symmetric]") {
+  const auto comms = make_comms(2, shm_options(std::chrono::milliseconds(20'000)));
+  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+  run_ranks(2, [&](int r) {
+    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
+    errors[r] = error_of(comms[r]->all_reduce(memory.get(), r == 0 ? 100 : 101, DataType::Float32, ReduceOp::Sum));
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r].what());
+    CHECK(errors[r].code() == ErrorCode::Mismatch);
+    CHECK_THAT(errors[r].what(), Catch::Contains("(symmetric)") && Catch::Contains("100 of float32") &&
+                                     Catch::Contains("101 of float32"));
+  }
+}
+
+TEST_CASE("a rank that aborts fails its peer's all-reduce on symmetric memory well before the deadline", "[comm][symmetric]") {
+  const auto comms = make_comms(2, shm_options(std::chrono::milliseconds(120'000)));
+  std::vector<std::shared_ptr<void>> memory(2);
+  run_ranks(2, [&](int r) { memory[r] = comms[r]->allocate_symmetric(4096); });
+  Work waiting = comms[0]->all_reduce(memory[0].get(), 1000, DataType::Float32, ReduceOp::Sum);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  comms[1]->abort("the test stops rank 1");
+  const Error e = error_of(waiting);
+  INFO(e.what());
+  CHECK((e.code() == ErrorCode::PeerLost || e.code() == ErrorCode::Aborted));
+}
+
+TEST_CASE("symmetric memory is ordinary memory over TCP and for one rank, and all-reduces on it still run", "[comm][symmetric]") {
+  const int world = GENERATE(1, 3);
+  CommOptions options;
+  options.transport = Transport::Tcp;
+  const auto comms = make_comms(world, options);
+  run_ranks(world, [&](int r) {
+    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4 * 1000);
+    REQUIRE(reinterpret_cast<std::uintptr_t>(memory.get()) % 4096 == 0);
+    auto* values = static_cast<float*>(memory.get());
+    CHECK(values[999] == 0.0f);
+    for (int i = 0; i < 1000; ++i) values[i] = static_cast<float>(r + i);
+    comms[r]->all_reduce(values, 1000, DataType::Float32, ReduceOp::Sum).wait();
+    for (int i = 0; i < 1000; i += 333) CHECK(values[i] == static_cast<float>(world * i + world * (world - 1) / 2));
+  });
+  CHECK(my_shm_names().empty());
+}
+
+TEST_CASE("a forced algorithm runs as forced on symmetric memory, through the slots", "[comm][symmetric]") {
+  CommOptions options = shm_options(std::chrono::milliseconds(20'000));
+  options.algorithm = Algorithm::Ring;
+  const auto comms = make_comms(2, options);
+  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+  run_ranks(2, [&](int r) {
+    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
+    errors[r] = error_of(comms[r]->all_reduce(memory.get(), r == 0 ? 100 : 101, DataType::Float32, ReduceOp::Sum));
+  });
+  // The ring sees the sizes differ in its messages and says so as a ring;
+  // the rank that sees it first tells the other (also the one whose
+  // message did not match), which fails with the same Mismatch.
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r].what());
+    CHECK(errors[r].code() == ErrorCode::Mismatch);
+    CHECK_THAT(errors[r].what(), Catch::Contains("(ring)") && !Catch::Contains("symmetric"));
+  }
+}
