@@ -6,7 +6,8 @@
 # Each repetition (BENCH_REPS, default 3) runs, for 2 and 4 ranks, every
 # configuration once, interleaved so that the machine's drift hits them all
 # alike:
-#   kizuna-perf    --transport shm|tcp x --algo auto|ring|tree
+#   kizuna-perf    --transport shm|tcp x --algo auto|ring|tree, and
+#                  --transport shm -R 2 (symmetric memory, docs/symmetric-memory.md)
 #   gloo-perf      --algo ring|ring_chunked|halving_doubling|bcube (TCP, async mode)
 #   mpi-perf       under mpirun: default (shared memory), and --mca btl tcp,self
 # all-reduce, float32 sum, 4 B .. 64 MiB by factors of 2, every result
@@ -128,6 +129,7 @@ for ((rep = 1; rep <= reps; rep++)); do
           launch "$n" "$build/bin/kizuna-perf" --transport "$transport" --algo "$algo"
       done
     done
+    sweep "kizuna-shm-symmetric-n$n-r$rep" launch "$n" "$build/bin/kizuna-perf" --transport shm --algo auto -R 2
     if ((have_gloo)); then
       for algo in ring ring_chunked halving_doubling bcube; do
         sweep "gloo-$algo-n$n-r$rep" launch "$n" "$build/bench/compare/gloo-perf" --algo "$algo"

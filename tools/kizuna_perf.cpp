@@ -77,6 +77,17 @@ std::optional<A> doubling_algorithm() {
   else return std::nullopt;
 }
 
+// Communicator::allocate_symmetric, where this build has it.
+template <typename C = Communicator>
+std::shared_ptr<void> allocate_symmetric(C& comm, std::size_t bytes) {
+  if constexpr (requires { comm.allocate_symmetric(bytes); }) return comm.allocate_symmetric(bytes);
+  else return nullptr;
+}
+template <typename C = Communicator>
+constexpr bool symmetric_memory_available() {
+  return requires(C& c) { c.allocate_symmetric(std::size_t{1}); };
+}
+
 std::string algorithm_names() {
   std::string names = "auto, ring, tree";
   if (one_shot_algorithm()) names += ", oneshot";
@@ -92,6 +103,7 @@ struct Options {
   std::string transport;  // empty: as the environment says
   int threads = 0;        // 0: ranks are processes
   bool cuda = false;      // --device cuda: buffers on the GPU, calls on a stream
+  bool symmetric = false; // -R 2: buffers in symmetric memory
 };
 
 std::vector<DataType> parse_types(std::string_view text) {
@@ -154,6 +166,17 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
             if (v != "cpu" && v != "cuda") throw UsageError("--device='" + std::string(v) + "': accepted cpu, cuda");
             o.cuda = v == "cuda";
           });
+  p.value("-R", "--local_register", "0|2",
+          "buffer registration as nccl-tests has it: 0, private buffers (default); 2, symmetric memory "
+          "(Communicator::allocate_symmetric), whose all-reduces read the peers' buffers in place",
+          [&](std::string_view v) {
+            if (v != "0" && v != "2")
+              throw UsageError("-R '" + std::string(v) + "': accepted 0 (none) and 2 (symmetric); kizuna has no "
+                               "local registration (1)");
+            if (v == "2" && !symmetric_memory_available())
+              throw UsageError("-R 2: this build of kizuna has no symmetric memory");
+            o.symmetric = v == "2";
+          });
   p.value("-t", "--threads", "N",
           "run N ranks as threads of this process (under a launcher only -t 1, nccl-tests' default, which "
           "changes nothing)",
@@ -205,7 +228,9 @@ std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& l
   if (has_root(c.collective) && c.root >= comm.size())
     throw UsageError("--root " + std::to_string(c.root) + " is not a rank of a world of " +
                      std::to_string(comm.size()));
-  PerfBuffers buffers(buffer_bytes(c));
+  PerfBuffers buffers = o.symmetric ? PerfBuffers(buffer_bytes(c), allocate_symmetric(
+                                                                       comm, PerfBuffers::span_bytes(buffer_bytes(c))))
+                                    : PerfBuffers(buffer_bytes(c));
   std::unique_ptr<DeviceMemory> memory;
   if (gpu >= 0) memory = make_device_memory(gpu, buffer_bytes(c));
   RunInfo info;
@@ -213,6 +238,7 @@ std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& l
   info.collective = std::string(name(c.collective));
   info.algorithm = o.algorithm;
   info.transport = transport_name(o);
+  info.buffers = o.symmetric ? "symmetric" : "private";
   info.launcher = launcher;
   info.world_size = comm.size();
   info.min_bytes = c.common.min_bytes;

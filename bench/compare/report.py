@@ -34,6 +34,7 @@ import sys
 # Configurations of the comparison, in table order: (file label, column title, transport group).
 COMPARE_CONFIGS = [
     ("kizuna-shm-auto", "kizuna shm auto", "shm"),
+    ("kizuna-shm-symmetric", "kizuna shm symmetric", "shm"),
     ("kizuna-shm-ring", "kizuna shm ring", "shm"),
     ("kizuna-shm-tree", "kizuna shm tree", "shm"),
     ("mpi-shm", "Open MPI shm", "shm"),
@@ -277,7 +278,7 @@ def load_tcp(results, kind="tcp-ring"):
 
 # Line colours: one per kizuna algorithm (solid for shm, dashed for tcp), one for
 # Open MPI (likewise), one per Gloo algorithm.
-COLOURS = {"auto": "#7b1fa2", "ring": "#2e7d32", "tree": "#1565c0", "mpi": "#ef6c00",
+COLOURS = {"auto": "#7b1fa2", "symmetric": "#d81b60", "ring": "#2e7d32", "tree": "#1565c0", "mpi": "#ef6c00",
            "gloo-ring": "#212121", "gloo-ring_chunked": "#795548", "gloo-halving_doubling": "#9e9e9e",
            "gloo-bcube": "#c0ca33"}
 
@@ -394,6 +395,7 @@ def compare(args):
     # Ceilings and their derivation.
     out += ["### Ceilings measured in the same run", ""]
     mem_ceiling = {}
+    mem_ceiling_sym = {}
     if rc and rr:
         rc_g, rr_g = rc / 1e9, rr / 1e9
         per_rank = 2 / (3 / rc_g + 1 / rr_g)
@@ -418,6 +420,20 @@ def compare(args):
         out.append("  This is optimistic in one way (single-threaded copy rates, while several ranks "
                    "share the memory bus) and assumes the slot design of the shared-memory transport "
                    "(a sender copies in, a receiver reduces or copies straight out).")
+        per_rank_sym = 2 / (1 / rc_g + 1 / rr_g)
+        out += [
+            "- Memory ceiling of the all-reduce on symmetric memory (`kizuna-perf -R 2`, "
+            "docs/symmetric-memory.md), where a rank reads its peers' buffers in place: it folds its "
+            "peers' (n-1) shares of its chunk into its own, (n-1)/n S bytes of reduce, and copies the "
+            "(n-1) other reduced chunks out of their owners' buffers, (n-1)/n S bytes of memcpy, so",
+            "  T >= (n/p) (n-1)/n S (1/R_copy + 1/R_reduce) and "
+            f"**ceiling_sym(n) = (p/n) x 2 / (1/R_copy + 1/R_reduce) = (p/n) x 2 / (1/{rc_g:.2f} + "
+            f"1/{rr_g:.2f}) = (p/n) x {per_rank_sym:.2f} GB/s**.",
+        ]
+        for w in worlds:
+            p = min(w, cores)
+            mem_ceiling_sym[w] = per_rank_sym * p / w
+            out.append(f"  - {w} ranks on {cores} cores: p = {p}, ceiling {mem_ceiling_sym[w]:.2f} GB/s.")
     else:
         out.append("- memcpy/reduce rates: not measured (bench_reduce missing).")
     for w in worlds:
@@ -466,6 +482,7 @@ def compare(args):
     rows = []
     for w in worlds:
         ks_b, ks_t = st("kizuna-shm-auto", w, "busbw"), st("kizuna-shm-auto", w, "time_us")
+        ksym_b, ksym_t = st("kizuna-shm-symmetric", w, "busbw"), st("kizuna-shm-symmetric", w, "time_us")
         ms_b, ms_t = st("mpi-shm", w, "busbw"), st("mpi-shm", w, "time_us")
         kt_b, kt_t = st("kizuna-tcp-auto", w, "busbw"), st("kizuna-tcp-auto", w, "time_us")
         mt_b, mt_t = st("mpi-tcp", w, "busbw"), st("mpi-tcp", w, "time_us")
@@ -493,6 +510,14 @@ def compare(args):
         if top in ks_b and w in mem_ceiling:
             check("shm busbw at 64 MiB >= 70% of the memory ceiling",
                   (ks_b[top][0] / mem_ceiling[w], None), 0.7, True)
+        if ksym_b:
+            check("shm busbw, symmetric buffers (-R 2), >= 1.2x Open MPI shm, 64 KiB .. 64 MiB",
+                  ratio_over(ksym_b, ms_b, 64 * KIB, 64 * MIB, lower), 1.2, True)
+            check("shm latency, symmetric buffers (-R 2), <= Open MPI shm, 4 B .. 1 KiB",
+                  ratio_over(ksym_t, ms_t, 4, KIB, higher), 1.0, False)
+            if top in ksym_b and w in mem_ceiling_sym:
+                check("shm busbw, symmetric buffers (-R 2), at 64 MiB >= 70% of its memory ceiling",
+                      (ksym_b[top][0] / mem_ceiling_sym[w], None), 0.7, True)
         check("tcp busbw >= 1.5x best Gloo, 1 MiB .. 64 MiB",
               ratio_over(kt_b, gloo_best, MIB, 64 * MIB, lower), 1.5, True)
         check("tcp busbw >= Open MPI tcp, 1 MiB .. 64 MiB",
@@ -503,7 +528,10 @@ def compare(args):
         check("tcp latency <= Open MPI tcp, 4 B .. 1 KiB",
               ratio_over(kt_t, mt_t, 4, KIB, higher), 1.0, False)
     out += ["### Targets (kizuna with algorithm auto)", "",
-            "Ratios of medians; \"worst at\" names the size where the ratio is least favourable.", "",
+            "Ratios of medians; \"worst at\" names the size where the ratio is least favourable. "
+            "\"Symmetric buffers\" rows are kizuna's all-reduce on memory from "
+            "`Communicator::allocate_symmetric` (`kizuna-perf -R 2`, as nccl-tests' -R 2 registers "
+            "symmetric buffers); the other kizuna rows, like Open MPI and Gloo, use private buffers.", "",
             "| ranks | target | measured | verdict |", "|---|---|---|---|"] + rows + [""]
     say += ["targets:"] + rows
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,6 +45,10 @@ struct CommOptions {
   Transport transport = Transport::Auto;
   // Pipelining unit in bytes; 0: KIZUNA_SLICE_BYTES (default 512 KiB).
   std::uint64_t slice_bytes = 0;
+  // The smallest all-reduce, in bytes, that runs on symmetric memory's own
+  // path when its buffers are such memory (Communicator::allocate_symmetric);
+  // unset: KIZUNA_SYMMETRIC_FROM (default: by measurement, see docs/env.md).
+  std::optional<std::size_t> symmetric_from;
   // Exchange call fingerprints before each collective; unset: KIZUNA_CHECK.
   std::optional<bool> check;
   // Where the buffers of stream calls live: "cpu", "cuda" (the GPU

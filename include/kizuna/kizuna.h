@@ -96,6 +96,17 @@ kzResult_t kzRecv(void* recvbuff, size_t count, kzDataType_t datatype, int peer,
                   kzStream_t stream);
 kzResult_t kzBarrier(kzComm_t comm, kzStream_t stream);
 
+/* Symmetric memory (Communicator::allocate_symmetric; NCCL's ncclMemAlloc
+ * with a symmetric window): collective over comm, every rank in the same
+ * order with the same size. *ptr receives `size` zeroed, page-aligned bytes
+ * that the other ranks of the node read directly when a kzAllReduce's
+ * buffers lie in such memory on every rank (docs/symmetric-memory.md);
+ * across nodes or over TCP, ordinary memory. kzMemFree releases it (any
+ * time, also after kzCommDestroy; NULL is a no-op); a pointer that
+ * kzMemAlloc did not return is kzInvalidArgument. */
+kzResult_t kzMemAlloc(kzComm_t comm, void** ptr, size_t size);
+kzResult_t kzMemFree(void* ptr);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,9 @@
 #include <kizuna/kizuna.h>
 #include <kizuna/tcp_store.hpp>
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/check.hpp"
@@ -21,6 +24,10 @@ using kizuna::ErrorCode;
 using kizuna::ReduceOp;
 
 thread_local std::string g_last_error;
+
+// What kzMemAlloc handed out, until kzMemFree.
+std::mutex g_memory_mutex;
+std::map<void*, std::shared_ptr<void>> g_memory;
 
 kzResult_t to_result(ErrorCode code) {
   switch (code) {
@@ -251,3 +258,25 @@ kzResult_t kzBarrier(kzComm_t comm, kzStream_t stream) {
 }
 
 }  // extern "C"
+
+kzResult_t kzMemAlloc(kzComm_t comm, void** ptr, size_t size) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(ptr != nullptr, "kzMemAlloc: ptr is NULL");
+    std::shared_ptr<void> memory = comm_of(comm).allocate_symmetric(size);
+    std::lock_guard lock(g_memory_mutex);
+    *ptr = memory.get();
+    g_memory.emplace(memory.get(), std::move(memory));
+  });
+}
+
+kzResult_t kzMemFree(void* ptr) {
+  return guarded([&] {
+    if (ptr == nullptr) return;
+    std::shared_ptr<void> memory;  // released outside the lock
+    std::lock_guard lock(g_memory_mutex);
+    auto it = g_memory.find(ptr);
+    KIZUNA_CHECK_ARG(it != g_memory.end(), "kzMemFree: ", ptr, " is not memory from kzMemAlloc (or was freed)");
+    memory = std::move(it->second);
+    g_memory.erase(it);
+  });
+}

@@ -171,6 +171,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // Symmetric memory (comm/symmetric.hpp): on one node joined by shared
   // memory; null elsewhere.
   std::unique_ptr<comm::SymmetricMemory> symmetric;
+  std::size_t symmetric_from = 0;  // the smallest all-reduce that takes it, in bytes
   std::unique_ptr<comm::DeviceBackend> device;  // null: a CPU communicator
   // (collective, algorithm, root, count, element size): see schedule_key().
   using ScheduleKey = std::tuple<int, int, int, std::uint64_t, std::uint64_t>;
@@ -844,14 +845,15 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     return true;
   }
 
-  // An all-reduce whose buffers are symmetric memory, left to the cost
-  // model (a forced algorithm runs as forced, through the slots).
+  // An all-reduce of symmetric_from bytes or more whose buffers are
+  // symmetric memory, left to the cost model (a forced algorithm runs as
+  // forced, through the slots).
   bool on_symmetric(const Task& t) const {
     if (!symmetric || !symmetric->any() || t.kind != Task::Kind::Collective ||
         t.collective != Collective::AllReduce || algo_override != Algorithm::Auto || t.staged)
       return false;
     const std::size_t bytes = t.count * size_of(t.dtype);
-    return symmetric->holds(t.input, bytes) && symmetric->holds(t.output, bytes);
+    return bytes >= symmetric_from && symmetric->holds(t.input, bytes) && symmetric->holds(t.output, bytes);
   }
 
   void execute_symmetric(Task& t, Clock::time_point deadline) {
@@ -1117,6 +1119,17 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     sym.aborted = &impl->broken;
     sym.live = &impl->live;
     impl->symmetric = std::make_unique<comm::SymmetricMemory>(std::move(sym));
+    // Below this the slots are as fast or faster: their one pass per
+    // message against three meetings and a queued call. Measured, in-place
+    // float32, 2 ranks on 2 cores: level at 256 KiB (33 us either way),
+    // symmetric ahead from 1 MiB (123-126 us against 134-148, and 2x from
+    // 4 MiB), the slots ahead at 64 KiB (8-11 us against 15-18); 4 ranks
+    // on 2 cores: symmetric level or ahead from 64 KiB (30-32 us against
+    // 29-50) and 1.5-2x from 256 KiB (docs/symmetric-memory.md).
+    impl->symmetric_from = options.symmetric_from ? *options.symmetric_from
+                           : env.symmetric_from >= 0 ? static_cast<std::size_t>(env.symmetric_from)
+                           : oversubscribed          ? 64 << 10
+                                                     : 512 << 10;
   }
   impl->p2p_sent.assign(impl->world, 0);
   impl->p2p_received.assign(impl->world, 0);

@@ -139,6 +139,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_SOCKET_IFNAME",
       "KIZUNA_TRANSPORT",
       "KIZUNA_SHM_BYTES",
+      "KIZUNA_SYMMETRIC_FROM",
       "KIZUNA_TCP_CONGESTION",
       "KIZUNA_SPIN_US",
       "KIZUNA_YIELD_US",
@@ -213,6 +214,14 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
     if (env.shm_bytes < (64u << 10) || env.shm_bytes > (1u << 30))
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SHM_BYTES='", *v,
                    "' is out of range; accepted: 64K .. 1G");
+  }
+  if (auto v = lookup("KIZUNA_SYMMETRIC_FROM")) {
+    if (trim_lower(*v) != "auto") {
+      const std::uint64_t bytes = parse_size("KIZUNA_SYMMETRIC_FROM", *v);
+      if (bytes > (1ull << 62))
+        KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SYMMETRIC_FROM='", *v, "' is out of range; accepted: auto or 0 .. 4E");
+      env.symmetric_from = static_cast<std::int64_t>(bytes);
+    }
   }
   if (auto v = lookup("KIZUNA_TCP_CONGESTION")) {
     const std::string value = trim_lower(*v);

@@ -20,6 +20,7 @@ int main(void) {
   int rank, size, version, i, wrong = 0;
   const size_t n = 100003;
   double* data;
+  double* symmetric;
   int* gathered;
   kzComm_t half;
   kzResult_t async_error;
@@ -44,6 +45,14 @@ int main(void) {
   for (i = 0; i < size; ++i)
     if (gathered[i] != i) ++wrong;
 
+  /* the same sum on symmetric memory, freed after the communicator */
+  CHECK(kzMemAlloc(comm, (void**)&symmetric, n * sizeof(double)));
+  for (i = 0; i < (int)n; ++i) symmetric[i] = (double)(rank + 1) * i;
+  CHECK(kzAllReduce(symmetric, symmetric, n, kzFloat64, kzSum, comm, NULL));
+  for (i = 0; i < (int)n; ++i)
+    if (symmetric[i] != (double)size * (size + 1) / 2 * i) ++wrong;
+  if (kzMemFree(data) != kzInvalidArgument) ++wrong;
+
   CHECK(kzCommSplit(comm, rank % 2, rank, &half));
   CHECK(kzBarrier(half, NULL));
   CHECK(kzCommDestroy(half));
@@ -54,6 +63,8 @@ int main(void) {
   if (async_error != kzSuccess) ++wrong;
 
   CHECK(kzCommDestroy(comm));
+  CHECK(kzMemFree(symmetric));
+  CHECK(kzMemFree(NULL));
   printf("C rank %d of %d (kizuna %d): %s\n", rank, size, version, wrong ? "WRONG" : "ok");
   free(data);
   free(gathered);

@@ -272,11 +272,54 @@ TEST_CASE("kizuna-perf checks every type and operator, 3 threads, ring and tree"
   }
 }
 
+TEST_CASE("kizuna-perf -R 2 checks all-reduces on symmetric memory, every type and operator, as processes and threads",
+          "[perf]") {
+  // KIZUNA_SYMMETRIC_FROM=0: every size takes symmetric memory's own path.
+  const std::vector<std::string> sweep{"-R", "2", "--transport", "shm", "-d", "all", "-o", "all", "-b", "4",
+                                       "-e", "1M", "-f", "64", "-n", "1", "-w", "1"};
+  auto check_rows = [](const std::string& output) {
+    const auto rows = table_rows(output);
+    // 10 types x 5 operators, less avg for the 6 integer types; 4 sizes each.
+    CHECK(rows.size() == (10 * 5 - 6) * 4);
+    for (const auto& w : rows) {
+      CHECK(w[8] == "0");
+      CHECK(w[12] == "0");
+    }
+    CHECK(output.find("symmetric buffers") != std::string::npos);
+  };
+  {
+    const std::string port = std::to_string(test::free_port());
+    test::ProcessGroup group;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> argv{kPerf};
+      argv.insert(argv.end(), sweep.begin(), sweep.end());
+      group.start(argv, {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                         {"MASTER_PORT", port}, {"KIZUNA_STORE_TIMEOUT", "60"}, {"KIZUNA_TIMEOUT", "60"},
+                         {"KIZUNA_SYMMETRIC_FROM", "0"}});
+    }
+    const auto results = group.wait(90s);
+    INFO(results.at(0).output << results.at(1).output);
+    REQUIRE(results.at(0).ok());
+    REQUIRE(results.at(1).ok());
+    check_rows(results.at(0).output);
+  }
+  std::vector<std::string> threads{"--threads", "3"};
+  threads.insert(threads.end(), sweep.begin(), sweep.end());
+  test::ProcessGroup group;
+  std::vector<std::string> argv{kPerf};
+  argv.insert(argv.end(), threads.begin(), threads.end());
+  group.start(argv, {{"KIZUNA_STORE_TIMEOUT", "60"}, {"KIZUNA_TIMEOUT", "60"}, {"KIZUNA_SYMMETRIC_FROM", "0"}});
+  const test::ProcessResult r = group.wait(90s).at(0);
+  INFO(r.output);
+  REQUIRE(r.ok());
+  check_rows(r.output);
+}
+
 TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
   const test::ProcessResult help = run_perf({"--help"});
   CHECK(help.exit_code == 0);
   for (const char* flag : {"-b", "-e", "-f", "-i", "-n", "-w", "-c", "-o", "-d", "-a", "--algo",
-                           "--transport", "--collective", "--root", "--json", "--csv", "--threads", "--device"})
+                           "--transport", "--collective", "--root", "--json", "--csv", "--threads", "--device", "-R"})
     CHECK(help.output.find(flag) != std::string::npos);
 
   const std::vector<std::vector<std::string>> bad = {
@@ -294,6 +337,7 @@ TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
       {"-a", "7"},
       {"-c", "-1"},
       {"-g", "2"},
+      {"-R", "1"},
       {"--threads", "0"},
       {"-n", "0"},
       {"stray"},

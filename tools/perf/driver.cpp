@@ -184,10 +184,22 @@ Measurement measure(Communicator& comm, const PerfConfig& cfg, const Sizing& s, 
 
 }  // namespace
 
-void PerfBuffers::Free::operator()(unsigned char* p) const { std::free(p); }
+std::size_t PerfBuffers::span_bytes(std::size_t bytes) {
+  if (bytes > (std::numeric_limits<std::size_t>::max() - 2 * kPage) / 2)
+    throw Error(ErrorCode::InvalidArgument, "cannot allocate 2 x " + std::to_string(bytes) + " bytes");
+  return 2 * std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
+}
 
 PerfBuffers::PerfBuffers(std::size_t bytes)
-    : bytes_(bytes), send_(allocate_touched(bytes)), recv_(allocate_touched(bytes)) {}
+    : PerfBuffers(bytes, std::shared_ptr<void>(allocate_touched(span_bytes(bytes)), std::free)) {}
+
+PerfBuffers::PerfBuffers(std::size_t bytes, std::shared_ptr<void> memory)
+    : bytes_(bytes),
+      memory_(std::move(memory)),
+      send_(static_cast<unsigned char*>(memory_.get())),
+      recv_(send_ + span_bytes(bytes) / 2) {
+  std::memset(send_, 0, span_bytes(bytes));  // every page in, before any timing
+}
 
 std::size_t buffer_bytes(const PerfConfig& config) {
   const auto sizes = config.common.sizes();

@@ -44,20 +44,24 @@ struct PerfConfig {
 };
 
 // Two page-aligned buffers of `bytes` each (send and receive), every page
-// written once at construction.
+// written once at construction: in memory of their own, or in `memory`
+// (of span_bytes(bytes), page-aligned, as Communicator::allocate_symmetric
+// gives it; kizuna-perf -R 2).
 class PerfBuffers {
  public:
   explicit PerfBuffers(std::size_t bytes);
-  unsigned char* send() { return send_.get(); }
-  unsigned char* recv() { return recv_.get(); }
+  PerfBuffers(std::size_t bytes, std::shared_ptr<void> memory);
+  unsigned char* send() { return send_; }
+  unsigned char* recv() { return recv_; }
   std::size_t bytes() const { return bytes_; }
+  // What both buffers take together.
+  static std::size_t span_bytes(std::size_t bytes);
 
  private:
-  struct Free {
-    void operator()(unsigned char* p) const;
-  };
   std::size_t bytes_;
-  std::unique_ptr<unsigned char, Free> send_, recv_;
+  std::shared_ptr<void> memory_;
+  unsigned char* send_;
+  unsigned char* recv_;
 };
 
 // "#  Rank  0 Group  0 Pid  1234 on     host device cpu transport shm" for

@@ -36,9 +36,9 @@ Report::Report(RunInfo info, std::FILE* out) : info_(std::move(info)), out_(out)
 void Report::header() {
   if (!out_) return;
   const RunInfo& i = info_;
-  std::fprintf(out_, "# %s: %s, %d ranks (%s), algorithm %s, transport %s\n", i.tool.c_str(),
+  std::fprintf(out_, "# %s: %s, %d ranks (%s), algorithm %s, transport %s, %s buffers\n", i.tool.c_str(),
                i.collective.c_str(), i.world_size, i.launcher.c_str(), i.algorithm.c_str(),
-               i.transport.c_str());
+               i.transport.c_str(), i.buffers.c_str());
   const bool by_factor = i.step_factor > 1;
   std::fprintf(out_,
                "# nThread 1 nGpus 0 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
@@ -153,6 +153,7 @@ void Report::write_json(const std::string& path) const {
   s += "  \"collective\": " + json_string(i.collective) + ",\n";
   s += "  \"algorithm\": " + json_string(i.algorithm) + ",\n";
   s += "  \"transport\": " + json_string(i.transport) + ",\n";
+  s += "  \"buffers\": " + json_string(i.buffers) + ",\n";
   s += "  \"launcher\": " + json_string(i.launcher) + ",\n";
   s += "  \"world_size\": " + std::to_string(i.world_size) + ",\n";
   s += "  \"iters\": " + std::to_string(i.iters) + ",\n";

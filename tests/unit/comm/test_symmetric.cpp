@@ -21,10 +21,12 @@ using namespace kizuna::test;
 
 namespace {
 
+// Every all-reduce on symmetric memory takes its path, whatever its size.
 CommOptions shm_options(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
   CommOptions options;
   options.transport = Transport::Shm;
   options.timeout = timeout;
+  options.symmetric_from = 0;
   return options;
 }
 
@@ -142,21 +144,43 @@ TEST_CASE("symmetric memory is ordinary memory over TCP and for one rank, and al
   CHECK(my_shm_names().empty());
 }
 
-TEST_CASE("a forced algorithm runs as forced on symmetric memory, through the slots", "[comm][symmetric]") {
+TEST_CASE("a forced algorithm, or an all-reduce below symmetric_from, runs through the slots on symmetric memory", "[comm][symmetric]") {
   CommOptions options = shm_options(std::chrono::milliseconds(20'000));
-  options.algorithm = Algorithm::Ring;
+  const bool forced = GENERATE(true, false);
+  if (forced) options.algorithm = Algorithm::Ring;
+  else options.symmetric_from = 1 << 20;
   const auto comms = make_comms(2, options);
   std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
   run_ranks(2, [&](int r) {
     const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
     errors[r] = error_of(comms[r]->all_reduce(memory.get(), r == 0 ? 100 : 101, DataType::Float32, ReduceOp::Sum));
   });
-  // The ring sees the sizes differ in its messages and says so as a ring;
-  // the rank that sees it first tells the other (also the one whose
-  // message did not match), which fails with the same Mismatch.
+  // The slots see the sizes differ in their messages and say so; the rank
+  // that sees it first tells the other (also the one whose message did not
+  // match), which fails with the same Mismatch.
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << errors[r].what());
     CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("(ring)") && !Catch::Contains("symmetric"));
+    CHECK_THAT(errors[r].what(), !Catch::Contains("symmetric"));
+  }
+}
+
+TEST_CASE("with KIZUNA_CHECK, ranks whose calls fall on both sides of symmetric_from fail with Mismatch", "[comm][symmetric]") {
+  // Rank 1's call (404 bytes) takes the symmetric path, rank 0's (400) the
+  // slots: without the check both would wait for the other until their
+  // deadline; the fingerprints, exchanged first either way, tell at once.
+  CommOptions options = shm_options(std::chrono::milliseconds(20'000));
+  options.symmetric_from = 404;
+  options.check = true;
+  const auto comms = make_comms(2, options);
+  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+  run_ranks(2, [&](int r) {
+    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
+    errors[r] = error_of(comms[r]->all_reduce(memory.get(), r == 0 ? 100 : 101, DataType::Float32, ReduceOp::Sum));
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r].what());
+    CHECK(errors[r].code() == ErrorCode::Mismatch);
+    CHECK_THAT(errors[r].what(), Catch::Contains("KIZUNA_CHECK"));
   }
 }
