@@ -52,7 +52,9 @@ Mlp<T>::Mlp(const MlpConfig& config, int max_batch, Precision precision)
     KIZUNA_CHECK_ARG(precision == Precision::Float32, "mixed precision needs Mlp<float>");
   const std::size_t n = layout_.back().offset + layout_.back().count;
   params_.assign(n, T(0));
-  grads_.assign(n, T(0));
+  auto* grads = new T[n]();
+  grads_memory_ = std::shared_ptr<void>(grads, [](void* p) { delete[] static_cast<T*>(p); });
+  grads_ = grads;
   if (precision_ != Precision::Float32) {
     compute_params_.assign(n, T(0));
     input_.assign(static_cast<std::size_t>(max_batch) * dims_[0], T(0));
@@ -77,6 +79,15 @@ Mlp<T>::Mlp(const MlpConfig& config, int max_batch, Precision precision)
   const int width = *std::max_element(dims_.begin(), dims_.end());
   scratch_a_.assign(B * width, T(0));
   scratch_b_.assign(B * width, T(0));
+}
+
+template <typename T>
+void Mlp<T>::keep_gradients_in(std::shared_ptr<void> memory) {
+  KIZUNA_CHECK_ARG(memory != nullptr, "Mlp::keep_gradients_in: no memory");
+  auto* grads = static_cast<T*>(memory.get());
+  std::copy_n(grads_, num_parameters(), grads);
+  grads_memory_ = std::move(memory);
+  grads_ = grads;
 }
 
 template <typename T>
@@ -178,8 +189,8 @@ void Mlp<T>::backward(T loss_scale, const ParameterReady& on_ready) {
   for (int l = L - 1; l >= 0; --l) {
     const int C = dims_[l], OC = dims_[l + 1];
     const T* in = l == 0 ? last_input_ : h(l - 1);  // (B, C)
-    T* dweight = grads_.data() + layout_[weight_index(l)].offset;  // (OC, C)
-    T* dbias = grads_.data() + layout_[bias_index(l)].offset;      // (OC)
+    T* dweight = grads_ + layout_[weight_index(l)].offset;  // (OC, C)
+    T* dbias = grads_ + layout_[bias_index(l)].offset;      // (OC)
     // Bias first (a column sum), and straight to the Reducer: a bucket this
     // gradient completes travels while the weight GEMM below runs.
     linear_backward_bias(dbias, dout, B, OC);

@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,9 @@ class Mlp {
   using ParameterReady = std::function<void(std::size_t index)>;
 
   Mlp(const MlpConfig& config, int max_batch, Precision precision = Precision::Float32);
+  // Not copyable: a copy would share the gradient memory.
+  Mlp(const Mlp&) = delete;
+  Mlp& operator=(const Mlp&) = delete;
 
   const MlpConfig& config() const { return config_; }
   int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
@@ -96,8 +100,13 @@ class Mlp {
   std::size_t num_parameters() const { return params_.size(); }
   T* params() { return params_.data(); }
   const T* params() const { return params_.data(); }
-  T* grads() { return grads_.data(); }
-  const T* grads() const { return grads_.data(); }
+  T* grads() { return grads_; }
+  const T* grads() const { return grads_; }
+  // Keeps the gradients in `memory` from now on (num_parameters() elements
+  // of T, suitably aligned; the trainer passes symmetric memory from
+  // Communicator::allocate_symmetric, whose all-reduces read the peers'
+  // gradients in place). The current gradients are copied over.
+  void keep_gradients_in(std::shared_ptr<void> memory);
   // Index into layout() of layer l's weight (2l) and bias (2l + 1).
   static std::size_t weight_index(int layer) { return 2 * static_cast<std::size_t>(layer); }
   static std::size_t bias_index(int layer) { return 2 * static_cast<std::size_t>(layer) + 1; }
@@ -133,7 +142,8 @@ class Mlp {
   Precision precision_;
   std::vector<TensorView> layout_;
   std::vector<T> params_;
-  std::vector<T> grads_;
+  std::shared_ptr<void> grads_memory_;  // owns what grads_ points to
+  T* grads_ = nullptr;
   std::vector<T> compute_params_;  // bf16/fp16: params_ rounded, refreshed each forward
   std::vector<T> acts_;
   std::vector<std::size_t> z_offset_, h_offset_;

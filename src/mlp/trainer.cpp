@@ -67,6 +67,12 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, const DataSplits& data, con
   KIZUNA_CHECK_ARG(options.lr > 0, "--lr must be positive, got ", options.lr);
   KIZUNA_CHECK_ARG(options.warmup_steps >= 0, "--warmup must be >= 0, got ", options.warmup_steps);
   model_.init(rng_);
+  // Gradients in symmetric memory (collective, like the Reducer below):
+  // among the ranks of one machine the buckets' all-reduces then read the
+  // peers' gradients in place instead of passing them through the
+  // shared-memory slots (docs/symmetric-memory.md); elsewhere it is
+  // ordinary memory.
+  model_.keep_gradients_in(comm_->allocate_symmetric(model_.num_parameters() * sizeof(float)));
 
   steps_per_epoch_ = mlp::steps_per_epoch(data_.train.size, comm_->size(), options_.batch_size);
   schedule_.kind = options_.schedule;
