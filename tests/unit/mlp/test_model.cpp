@@ -5,8 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "gradcheck.hpp"
@@ -131,6 +133,31 @@ TEST_CASE("the float32 model agrees with the float64 model", "[mlp][model]") {
   for (std::size_t i = 0; i < md.num_parameters(); ++i)
     if (std::abs(md.grads()[i] - mf.grads()[i]) > 1e-4 * std::max(1e-2, std::abs(md.grads()[i]))) ++bad;
   CHECK(bad == 0);
+}
+
+TEST_CASE("gradients kept in other memory: copied over, and backward writes there", "[mlp][model]") {
+  const MlpConfig config{16, {8}, 4, Loss::CrossEntropy};
+  const int B = 4;
+  const auto x = random_values(static_cast<std::size_t>(B) * 16, 77);
+  const std::vector<float> xf(x.begin(), x.end());
+  const std::vector<std::int32_t> labels{0, 1, 2, 3};
+  Mlp<float> a(config, B), b(config, B);
+  Rng ra(9), rb(9);
+  a.init(ra);
+  b.init(rb);
+  a.forward(xf.data(), {labels.data(), nullptr}, B);
+  a.backward(1.0f);
+  b.forward(xf.data(), {labels.data(), nullptr}, B);
+  b.backward(1.0f);
+  const std::size_t n = b.num_parameters();
+  auto memory = std::shared_ptr<void>(new float[n](), [](void* p) { delete[] static_cast<float*>(p); });
+  b.keep_gradients_in(memory);
+  REQUIRE(b.grads() == memory.get());
+  CHECK(std::memcmp(a.grads(), b.grads(), n * sizeof(float)) == 0);  // copied over
+  std::fill_n(b.grads(), n, 0.0f);
+  b.forward(xf.data(), {labels.data(), nullptr}, B);
+  b.backward(1.0f);
+  CHECK(std::memcmp(a.grads(), static_cast<const float*>(memory.get()), n * sizeof(float)) == 0);
 }
 
 TEST_CASE("Kaiming initialisation is seeded, bounded and zero-mean", "[mlp][model]") {
