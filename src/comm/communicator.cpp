@@ -149,6 +149,10 @@ struct Task {
   std::shared_ptr<comm::StagedCall> staged;
   std::size_t part = 0;
   std::string part_label;
+  // An all-reduce on symmetric memory, decided when it is called: its
+  // buffers' allocations, kept mapped until it has run.
+  bool symmetric = false;
+  std::shared_ptr<const void> pinned_input, pinned_output;
 };
 
 struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
@@ -412,7 +416,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     if (t.kind != Task::Kind::Collective || check || t.count * size_of(t.dtype) > kDirectBytes)
       return std::nullopt;
     // A call on symmetric memory meets its peers and may sleep: queued.
-    if (on_symmetric(t)) return std::nullopt;
+    if (t.symmetric) return std::nullopt;
     std::unique_lock exec = take_exec_briefly();
     if (!exec) return std::nullopt;
     {
@@ -556,6 +560,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   }
 
   Work enqueue(Task t) {
+    pin_symmetric(t);
     if (std::optional<Work> done = try_direct(t)) return *std::move(done);
     auto task = std::make_shared<Task>(std::move(t));
     task->work = std::make_shared<detail::WorkState>();
@@ -647,6 +652,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
     t.running = false;
     t.schedule.reset();
+    t.pinned_input.reset();
+    t.pinned_output.reset();
     if (!error) history.ended(t.history_id, true);
     if (t.staged) {
       t.staged->release(t.part, error);  // the Work finishes once the stream has the result
@@ -737,13 +744,16 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     std::replace(comm_field.begin(), comm_field.end(), ' ', '_');
     KIZUNA_LOG(Error) << kStatusMarker << " rank=" << rank << " world=" << world << " comm=" << comm_field << " "
                       << history.status_fields(live) << " error=" << kizuna::name(e.code());
-    const int lost = executor ? executor->failed_peer() : -1;
+    // Which path failed: symmetric memory's, or the executor's.
+    const bool on_symmetric = symmetric && (symmetric->failed_peer() >= 0 || symmetric->cause());
+    const int lost = on_symmetric ? symmetric->failed_peer() : executor ? executor->failed_peer() : -1;
+    const transport::AbortNotice* cause = on_symmetric ? symmetric->cause() : executor ? executor->cause() : nullptr;
     // Pass a peer's notice on unchanged (its origin saw the root cause);
     // otherwise this rank is the origin. Every live peer is told, the one
     // whose message did not match or that kept us waiting included; only a
     // lost rank is not.
     transport::AbortNotice notice{rank, e.code() == ErrorCode::PeerLost ? lost : -1, e.code(), e.what()};
-    if (executor && executor->cause()) notice = *executor->cause();
+    if (cause) notice = *cause;
     const auto deadline = Clock::now() + kAbortGrace;
     for (auto& link : links) {
       if (!link || link->peer() == notice.lost_rank || link->peer() == notice.origin) continue;
@@ -816,7 +826,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       execute_p2p(t, deadline);
       return true;
     }
-    if (on_symmetric(t)) {
+    if (t.symmetric) {
       execute_symmetric(t, deadline);
       return true;
     }
@@ -847,13 +857,23 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
 
   // An all-reduce of symmetric_from bytes or more whose buffers are
   // symmetric memory, left to the cost model (a forced algorithm runs as
-  // forced, through the slots).
-  bool on_symmetric(const Task& t) const {
+  // forced, through the slots), takes symmetric memory's path: decided at
+  // the call, its allocations held until it has run.
+  void pin_symmetric(Task& t) const {
     if (!symmetric || !symmetric->any() || t.kind != Task::Kind::Collective ||
         t.collective != Collective::AllReduce || algo_override != Algorithm::Auto || t.staged)
-      return false;
+      return;
     const std::size_t bytes = t.count * size_of(t.dtype);
-    return bytes >= symmetric_from && symmetric->holds(t.input, bytes) && symmetric->holds(t.output, bytes);
+    if (bytes < symmetric_from) return;
+    std::shared_ptr<const void> in = symmetric->pin(t.input, bytes), out = symmetric->pin(t.output, bytes);
+    if (!in || !out) return;
+    const auto* a = static_cast<const unsigned char*>(t.input);
+    const auto* b = static_cast<const unsigned char*>(t.output);
+    KIZUNA_CHECK_ARG(a == b || a + bytes <= b || b + bytes <= a, "all_reduce: send and recv overlap without ",
+                     "being the same buffer (", bytes, " bytes at ", t.input, " and ", t.output, ")");
+    t.symmetric = true;
+    t.pinned_input = std::move(in);
+    t.pinned_output = std::move(out);
   }
 
   void execute_symmetric(Task& t, Clock::time_point deadline) {
@@ -891,7 +911,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // KIZUNA_CHECK=1: all-gather every rank's fingerprint of this call and
   // fail every rank with the same Mismatch when they differ.
   void verify_fingerprints(const Task& t, Clock::time_point deadline, comm::RunLabel what) {
-    const comm::Fingerprint mine{t.collective, t.dtype, t.op, t.root, t.count, t.seq};
+    const comm::Fingerprint mine{t.collective, t.dtype, t.op, t.root, t.count, t.seq, t.symmetric};
     const comm::FingerprintBytes bytes = comm::encode(mine);
     std::vector<unsigned char> all(bytes.size() * world);
     algo::ScheduleRequest req;

@@ -22,6 +22,7 @@ FingerprintBytes encode(const Fingerprint& f) {
   b[0] = static_cast<unsigned char>(f.collective);
   b[1] = static_cast<unsigned char>(f.dtype);
   b[2] = static_cast<unsigned char>(f.op);
+  b[3] = f.symmetric ? 1 : 0;
   put64(b.data() + 8, static_cast<std::uint64_t>(static_cast<std::int64_t>(f.root)));
   put64(b.data() + 16, f.count);
   put64(b.data() + 24, f.seq);
@@ -33,6 +34,7 @@ Fingerprint decode(const unsigned char* b) {
   f.collective = static_cast<algo::Collective>(b[0]);
   f.dtype = static_cast<DataType>(b[1]);
   f.op = static_cast<ReduceOp>(b[2]);
+  f.symmetric = b[3] != 0;
   f.root = static_cast<int>(static_cast<std::int64_t>(get64(b + 8)));
   f.count = get64(b + 16);
   f.seq = get64(b + 24);
@@ -48,6 +50,7 @@ std::string describe(const Fingerprint& f) {
   if (f.collective == algo::Collective::Broadcast || f.collective == algo::Collective::Reduce)
     out << ", root " << f.root;
   out << ") #" << f.seq;
+  if (f.symmetric) out << " on symmetric memory";
   return out.str();
 }
 

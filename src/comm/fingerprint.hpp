@@ -1,6 +1,7 @@
 // comm/fingerprint.hpp: what KIZUNA_CHECK=1 compares across ranks before a
 // collective: the call's kind, type, operator, root, count and sequence
-// number, as 32 little-endian bytes.
+// number, and whether it runs on symmetric memory, as 32 little-endian
+// bytes.
 #pragma once
 
 #include <kizuna/types.hpp>
@@ -21,6 +22,7 @@ struct Fingerprint {
   int root = 0;
   std::uint64_t count = 0;
   std::uint64_t seq = 0;
+  bool symmetric = false;  // an all-reduce on symmetric memory's path
   bool operator==(const Fingerprint&) const = default;
 };
 

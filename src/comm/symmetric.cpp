@@ -58,10 +58,6 @@ std::shared_ptr<void> SymmetricMemory::allocate(std::size_t bytes, Clock::time_p
   const bool first = sync_.empty();
   const std::uint64_t number = next_number_++;
   const std::string key = setup_.prefix + "/symmetric/" + std::to_string(number) + "/";
-  auto left = [&] {
-    return std::max(std::chrono::milliseconds(1),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-  };
   // Every rank joined by shared memory (its links say so), or none: a
   // rank that cannot take part says "-" and every rank sees it.
   bool able = true;
@@ -88,43 +84,28 @@ std::shared_ptr<void> SymmetricMemory::allocate(std::size_t bytes, Clock::time_p
     }
   }
   setup_.store->set(key + std::to_string(rank), mine);
-  std::vector<std::string> keys;
-  for (int r = 0; r < world; ++r) keys.push_back(key + std::to_string(r));
-  const std::vector<Bytes> names = setup_.store->multi_get(keys, left());
-  bool mapped = mine != "-";
-  for (int r = 0; r < world && mapped; ++r) {
-    const std::string entry = text(names[r]);
-    if (entry == "-") {
-      mapped = false;
-      break;
-    }
-    if (r == rank) continue;
-    try {
-      const std::size_t space = entry.find(' ');
-      allocation->regions[r] = Region::map(entry.substr(0, space), bytes, setup_.comm_id, r, number);
-      if (first) {
-        if (space == std::string::npos)
-          KIZUNA_THROW(ErrorCode::Mismatch, "rank ", r, "'s symmetric memory entry names no meeting region: ",
-                       entry);
-        sync[r] = Region::map(entry.substr(space + 1), 0, setup_.comm_id, r, 0);
-      }
-    } catch (const Error& e) {
-      KIZUNA_LOG(Warn) << "rank " << rank << ": symmetric memory: " << e.what();
-      mapped = false;
-    }
+  // The outcome is one key that every rank adopts: "1" once a rank has
+  // seen every rank map everything, "0" once a rank has seen one fail, or
+  // has given up waiting. So a rank that times out never lets go of memory
+  // its peers keep, nor the other way round.
+  auto decide = [&](bool success) {
+    const Bytes mark{static_cast<std::uint8_t>(success ? '1' : '0')};
+    return text(setup_.store->compare_set(key + "decision", {}, mark)) == "1";
+  };
+  bool kept = false;
+  try {
+    kept = decide(exchange(key, mine, first, *allocation, sync, deadline));
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Timeout) throw;
+    KIZUNA_LOG(Warn) << "rank " << rank << ": symmetric memory #" << number << ": " << e.what()
+                     << "; ordinary memory instead, on every rank";
+    kept = decide(false);
   }
-  // Everyone mapped everything (or someone could not): only then may the
-  // names go, and every rank decides alike.
-  setup_.store->set(key + "mapped/" + std::to_string(rank), mapped ? "1" : "0");
-  std::vector<std::string> done;
-  for (int r = 0; r < world; ++r) done.push_back(key + "mapped/" + std::to_string(r));
-  bool all = true;
-  for (const Bytes& b : setup_.store->multi_get(done, left())) all = all && text(b) == "1";
   if (mine != "-") {
     allocation->regions[rank].unlink();
     if (first) sync[rank].unlink();
   }
-  if (!all) return nullptr;
+  if (!kept) return nullptr;
   if (first) {
     sync_ = std::move(sync);
     ready_.store(true, std::memory_order_release);
@@ -139,6 +120,48 @@ std::shared_ptr<void> SymmetricMemory::allocate(std::size_t bytes, Clock::time_p
   return std::shared_ptr<void>(std::move(allocation), data);
 }
 
+bool SymmetricMemory::exchange(const std::string& key, const std::string& mine, bool first, Allocation& allocation,
+                               std::vector<Region>& sync, Clock::time_point deadline) {
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  const int rank = setup_.rank, world = setup_.world;
+  const std::uint64_t number = allocation.number, bytes = allocation.bytes;
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(key + std::to_string(r));
+  const std::vector<Bytes> names = setup_.store->multi_get(keys, left());
+  bool mapped = mine != "-";
+  for (int r = 0; r < world && mapped; ++r) {
+    const std::string entry = text(names[r]);
+    if (entry == "-") {
+      mapped = false;
+      break;
+    }
+    if (r == rank) continue;
+    try {
+      const std::size_t space = entry.find(' ');
+      allocation.regions[r] = Region::map(entry.substr(0, space), bytes, setup_.comm_id, r, number);
+      if (first) {
+        if (space == std::string::npos)
+          KIZUNA_THROW(ErrorCode::Mismatch, "rank ", r, "'s symmetric memory entry names no meeting region: ",
+                       entry);
+        sync[r] = Region::map(entry.substr(space + 1), 0, setup_.comm_id, r, 0);
+      }
+    } catch (const Error& e) {
+      KIZUNA_LOG(Warn) << "rank " << rank << ": symmetric memory: " << e.what();
+      mapped = false;
+    }
+  }
+  // Whether everyone mapped everything: only then may the names go.
+  setup_.store->set(key + "mapped/" + std::to_string(rank), mapped ? "1" : "0");
+  std::vector<std::string> done;
+  for (int r = 0; r < world; ++r) done.push_back(key + "mapped/" + std::to_string(r));
+  bool all = true;
+  for (const Bytes& b : setup_.store->multi_get(done, left())) all = all && text(b) == "1";
+  return all;
+}
+
 SymmetricMemory::Found SymmetricMemory::find(const void* p, std::size_t bytes) const {
   const auto at = reinterpret_cast<std::uintptr_t>(p);
   std::lock_guard lock(mutex_);
@@ -150,7 +173,9 @@ SymmetricMemory::Found SymmetricMemory::find(const void* p, std::size_t bytes) c
   return {std::move(a), at - it->first};
 }
 
-bool SymmetricMemory::holds(const void* p, std::size_t bytes) const { return find(p, bytes).allocation != nullptr; }
+std::shared_ptr<const void> SymmetricMemory::pin(const void* p, std::size_t bytes) const {
+  return find(p, bytes).allocation;
+}
 
 std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::by_number(std::uint64_t number) const {
   std::lock_guard lock(mutex_);
@@ -174,13 +199,22 @@ void SymmetricMemory::arrive(std::uint64_t phase) {
   }
 }
 
-void SymmetricMemory::check_peer(int peer, const RunLabel& label) {
+void SymmetricMemory::check_peer(int peer, std::uint64_t phase, const RunLabel& label) {
   if (setup_.aborted && setup_.aborted->load(std::memory_order_relaxed))
     KIZUNA_THROW(ErrorCode::Aborted, label.str(), ": the communicator was aborted");
   transport::Link* link = setup_.links.at(peer);
   if (!link->peer_closed()) return;
-  if (const transport::AbortNotice* notice = link->received_abort())
-    throw Error(notice->code, notice->message);
+  failed_peer_ = peer;
+  if (const transport::AbortNotice* notice = link->received_abort()) {
+    cause_ = *notice;
+    throw Error(notice->code, "rank " + std::to_string(notice->origin) + " failed: " + notice->message);
+  }
+  // A peer that reached the meeting and then closed has left after its
+  // last call: not a failure.
+  if (sync_[peer].header()->arrived.load(std::memory_order_acquire) >= phase) {
+    failed_peer_ = -1;
+    return;
+  }
   KIZUNA_THROW(ErrorCode::PeerLost, "rank ", peer, " is gone (its connection closed) in ", label.str());
 }
 
@@ -193,6 +227,7 @@ void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadli
     if (setup_.live) setup_.live->awaiting.store(peer, std::memory_order_relaxed);
     const Clock::time_point start = Clock::now();
     const Clock::time_point spin_until = start + setup_.spin, yield_until = spin_until + setup_.yield;
+    bool announced = false;
     for (int idle = 1; arrived.load(std::memory_order_acquire) < phase; ++idle) {
       if (idle % kClockEvery != 0) continue;
       const Clock::time_point now = Clock::now();
@@ -205,7 +240,13 @@ void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadli
         std::this_thread::yield();
         continue;
       }
-      check_peer(peer, label);
+      if (setup_.live && !announced) {  // for the stuck-rank report
+        setup_.live->waiting_since_us.store(
+            std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
+            std::memory_order_relaxed);
+        announced = true;
+      }
+      check_peer(peer, phase, label);
       // Asleep: announced, fenced, then a last look (see arrive()).
       me->sleeping.store(1, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -217,7 +258,10 @@ void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadli
       me->sleeping.store(0, std::memory_order_relaxed);
     }
   }
-  if (setup_.live) setup_.live->awaiting.store(-1, std::memory_order_relaxed);
+  if (setup_.live) {
+    setup_.live->awaiting.store(-1, std::memory_order_relaxed);
+    setup_.live->waiting_since_us.store(0, std::memory_order_relaxed);
+  }
 }
 
 void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
@@ -261,15 +305,27 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
                         call.count,
                         static_cast<std::uint32_t>(call.dtype),
                         static_cast<std::uint32_t>(call.op),
-                        static_cast<std::uint32_t>(in.allocation->number),
-                        static_cast<std::uint32_t>(out.allocation->number),
+                        in.allocation->number,
+                        out.allocation->number,
                         in.offset,
                         out.offset};
   const std::uint64_t base = phase_;
   phase_ += 3;
+  failed_peer_ = -1;
+  cause_.reset();
+  // The three meetings are the call's steps, as the stuck-rank report
+  // shows them.
+  auto meet = [&](std::uint32_t k) {
+    if (setup_.live) setup_.live->step.store(k - 1, std::memory_order_relaxed);
+    arrive(base + k);
+    wait_for_all(base + k, deadline, label);
+  };
+  if (setup_.live) {
+    setup_.live->seq.store(call.seq, std::memory_order_relaxed);
+    setup_.live->steps.store(3, std::memory_order_relaxed);
+  }
   // Meeting 1: every rank's input is ready, and its call known.
-  arrive(base + 1);
-  wait_for_all(base + 1, deadline, label);
+  meet(1);
   std::vector<const unsigned char*> inputs(world), outputs(world);
   std::vector<std::shared_ptr<Allocation>> keep;
   check_calls(me->call, label, inputs, outputs, keep);
@@ -286,16 +342,14 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
     for (int k = 2; k < world; ++k) core::reduce(out_begin + at, inputs[(rank + k) % world] + at, n, call.dtype, call.op);
   }
   // Meeting 2: every chunk reduced.
-  arrive(base + 2);
-  wait_for_all(base + 2, deadline, label);
+  meet(2);
   // Phase 2: the peers' reduced chunks, out of their outputs.
   for (int k = 1; k < world; ++k) {
     const int q = (rank + k) % world;
     std::memcpy(out_begin + lo(q), outputs[q] + lo(q), lo(q + 1) - lo(q));
   }
   // Meeting 3: nobody reads this rank's buffers any more.
-  arrive(base + 3);
-  wait_for_all(base + 3, deadline, label);
+  meet(3);
   return true;
 }
 

@@ -4,10 +4,10 @@
 // allocate() is collective over a communicator whose ranks all share one
 // node through shared memory. Every rank creates a region of the same size
 // (transport/shm/region.hpp), publishes its name in the store, maps every
-// peer's, and unlinks its own once all have mapped it (a crash leaves
-// nothing in /dev/shm). If any rank cannot (a full /dev/shm, a pair joined
-// by TCP), every rank learns it from the store and allocate() returns
-// nullptr on all of them alike.
+// peer's, and unlinks its own once all have mapped it. If any rank cannot
+// (a full /dev/shm, a pair joined by TCP, a size that differs) or one
+// gives up waiting, allocate() returns nullptr on all of them alike: the
+// outcome is one store key every rank adopts.
 //
 // all_reduce() on such memory reads the peers' buffers in place instead of
 // passing messages through slots: reduce-scatter, each rank folding its
@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,8 +79,9 @@ class SymmetricMemory {
 
   // Whether any allocation has been made (cheap: for the hot path).
   bool any() const { return ready_.load(std::memory_order_acquire); }
-  // Whether [p, p + bytes) lies inside one live allocation.
-  bool holds(const void* p, std::size_t bytes) const;
+  // The allocation holding [p, p + bytes), kept mapped while the handle
+  // lives (a queued call holds its buffers' so); null when none does.
+  std::shared_ptr<const void> pin(const void* p, std::size_t bytes) const;
 
   struct Call {
     const void* input = nullptr;
@@ -93,6 +95,11 @@ class SymmetricMemory {
   // not overlapping): false, having done nothing, when they are not.
   bool all_reduce(const Call& call, Clock::time_point deadline, const RunLabel& label);
 
+  // After all_reduce() failed: the peer whose death or abort notice ended
+  // it (-1: none), and that notice, to pass on unchanged.
+  int failed_peer() const { return failed_peer_; }
+  const transport::AbortNotice* cause() const { return cause_ ? &*cause_ : nullptr; }
+
  private:
   struct Allocation;
   struct Found {
@@ -100,12 +107,19 @@ class SymmetricMemory {
     std::uint64_t offset = 0;
   };
   Found find(const void* p, std::size_t bytes) const;
+  // allocate()'s rendezvous: the names, the mappings, then whether every
+  // rank mapped everything. Throws Timeout at the deadline.
+  bool exchange(const std::string& key, const std::string& mine, bool first, Allocation& allocation,
+                std::vector<transport::shm::Region>& sync, Clock::time_point deadline);
   std::shared_ptr<Allocation> by_number(std::uint64_t number) const;
   // Advances this rank's phase and wakes sleeping peers.
   void arrive(std::uint64_t phase);
   // Until every peer has reached `phase`.
   void wait_for_all(std::uint64_t phase, Clock::time_point deadline, const RunLabel& label);
-  void check_peer(int peer, const RunLabel& label);
+  // Throws when `peer` is dead or has failed (unless it reached `phase`
+  // before it closed: it left after its last call) or when the
+  // communicator was aborted.
+  void check_peer(int peer, std::uint64_t phase, const RunLabel& label);
   // Every peer's call against this rank's; the peers' buffers.
   void check_calls(const transport::shm::RegionCall& mine, const RunLabel& label,
                    std::vector<const unsigned char*>& inputs, std::vector<const unsigned char*>& outputs,
@@ -117,6 +131,8 @@ class SymmetricMemory {
   std::vector<transport::shm::Region> sync_;  // by rank: whose headers the meetings use
   std::atomic<bool> ready_{false};            // sync_ is set
   std::uint64_t phase_ = 0;
+  int failed_peer_ = -1;
+  std::optional<transport::AbortNotice> cause_;
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, std::weak_ptr<Allocation>> by_address_;
 };

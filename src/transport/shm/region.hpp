@@ -36,8 +36,8 @@ struct RegionCall {
   std::uint64_t count;
   std::uint32_t dtype;
   std::uint32_t op;
-  std::uint32_t input_region;   // allocation number of the input
-  std::uint32_t output_region;  // and of the output
+  std::uint64_t input_region;   // allocation number of the input
+  std::uint64_t output_region;  // and of the output
   std::uint64_t input_offset;   // within those allocations' data
   std::uint64_t output_offset;
 };

@@ -184,3 +184,57 @@ TEST_CASE("with KIZUNA_CHECK, ranks whose calls fall on both sides of symmetric_
     CHECK_THAT(errors[r].what(), Catch::Contains("KIZUNA_CHECK"));
   }
 }
+
+TEST_CASE("with KIZUNA_CHECK, a rank passing ordinary memory where its peer passes symmetric memory is a Mismatch", "[comm][symmetric]") {
+  // The same call, one path each: without the check both would wait for
+  // the other until their deadline.
+  CommOptions options = shm_options(std::chrono::milliseconds(20'000));
+  options.check = true;
+  const auto comms = make_comms(2, options);
+  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+  run_ranks(2, [&](int r) {
+    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
+    std::vector<float> ordinary(100);
+    float* buffer = r == 0 ? ordinary.data() : static_cast<float*>(memory.get());
+    errors[r] = error_of(comms[r]->all_reduce(buffer, 100, DataType::Float32, ReduceOp::Sum));
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r].what());
+    CHECK(errors[r].code() == ErrorCode::Mismatch);
+    CHECK_THAT(errors[r].what(), Catch::Contains("#1 on symmetric memory") && Catch::Contains("rank 0 called"));
+  }
+}
+
+TEST_CASE("an all-reduce from one symmetric allocation into another, with the memory let go before the wait", "[comm][symmetric]") {
+  // The queued call keeps both allocations mapped until it has run, on
+  // every rank, though the caller has dropped them.
+  const int world = 3;
+  const auto comms = make_comms(world, shm_options());
+  std::vector<std::int64_t> results(world);
+  run_ranks(world, [&](int r) {
+    std::shared_ptr<void> input = comms[r]->allocate_symmetric(8 * 1000);
+    std::shared_ptr<void> output = comms[r]->allocate_symmetric(8 * 1000);
+    auto* in = static_cast<std::int64_t*>(input.get());
+    auto* out = static_cast<std::int64_t*>(output.get());
+    for (int i = 0; i < 1000; ++i) in[i] = (r + 1) * i;
+    Work work = comms[r]->all_reduce(in, out, 1000, DataType::Int64, ReduceOp::Sum);
+    std::int64_t* keep = out;
+    std::shared_ptr<void> held = r == 0 ? output : nullptr;  // rank 0 reads its result; the others let go
+    input.reset();
+    output.reset();
+    work.wait();
+    results[r] = held ? keep[999] : -1;
+  });
+  CHECK(results[0] == 6 * 999);
+}
+
+TEST_CASE("an all-reduce whose buffers overlap in symmetric memory without being the same is an InvalidArgument", "[comm][symmetric]") {
+  const auto comms = make_comms(2, shm_options());
+  run_ranks(2, [&](int r) {
+    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
+    auto* f = static_cast<float*>(memory.get());
+    const Error e = error_of_call([&] { comms[r]->all_reduce(f, f + 1, 100, DataType::Float32, ReduceOp::Sum); });
+    CHECK(e.code() == ErrorCode::InvalidArgument);
+    comms[r]->all_reduce(f, 100, DataType::Float32, ReduceOp::Sum).wait();  // and it is still usable
+  });
+}
