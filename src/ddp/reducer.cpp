@@ -66,7 +66,8 @@ void validate(const std::vector<Parameter>& views, std::size_t buffer_bytes) {
       std::size_t product = 1;
       for (std::int64_t d : p.shape) {
         KIZUNA_CHECK_ARG(d >= 0, who, " has a negative dimension");
-        product *= static_cast<std::size_t>(d);
+        KIZUNA_CHECK_ARG(!__builtin_mul_overflow(product, static_cast<std::size_t>(d), &product), who,
+                         ": its shape holds more elements than a size can count");
       }
       KIZUNA_CHECK_ARG(product == p.count, who, ": its shape holds ", product, " elements");
     }
@@ -110,6 +111,10 @@ struct Reducer::Impl {
   std::vector<Bucket> buckets;
   std::vector<std::size_t> bucket_of;  // parameter -> bucket
   std::vector<char> ready;
+  // Marked ready under no_sync() since the last synchronised step: their
+  // gradients hold what those steps accumulated, even if the step that
+  // synchronises does not mark them.
+  std::vector<char> used_since_sync;
   std::vector<std::size_t> pending;
   std::size_t next_launch = 0;
   std::vector<Work> works;
@@ -187,8 +192,13 @@ struct Reducer::Impl {
 
   // Collective: every rank takes rank 0's ready order.
   void rebuild() {
+    // Rank 0's order, or (should it not hold every parameter once) the
+    // reverse registration order the buckets were built in.
     std::vector<std::uint64_t> order(views.size());
-    if (comm->rank() == 0) std::copy(ready_order.begin(), ready_order.end(), order.begin());
+    if (comm->rank() == 0) {
+      if (ready_order.size() == views.size()) std::copy(ready_order.begin(), ready_order.end(), order.begin());
+      else for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+    }
     comm->broadcast(order.data(), order.size(), DataType::UInt64, 0).wait();
     const std::vector<std::size_t> agreed(order.begin(), order.end());
     rebuilt = true;
@@ -209,11 +219,11 @@ struct Reducer::Impl {
   }
 };
 
-Reducer::Reducer(std::shared_ptr<Communicator> comm, void* parameters, void* gradients,
-                 std::size_t buffer_bytes, std::vector<Parameter> views,
-                 const ReducerOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-  KIZUNA_CHECK_ARG(comm != nullptr, "Reducer: the communicator is null");
+namespace {
+
+// What a rank can tell of its own arguments.
+void check_arguments(const Communicator& comm, const void* gradients, const void* parameters,
+                     std::size_t buffer_bytes, const std::vector<Parameter>& views, const ReducerOptions& options) {
   KIZUNA_CHECK_ARG(gradients != nullptr || views.empty(), "Reducer: the gradient buffer is null");
   KIZUNA_CHECK_ARG(parameters != nullptr || !options.broadcast_parameters || views.empty(),
                    "Reducer: the parameter buffer is null but options.broadcast_parameters is set");
@@ -221,15 +231,15 @@ Reducer::Reducer(std::shared_ptr<Communicator> comm, void* parameters, void* gra
                    "Reducer: bucket caps must be positive");
   KIZUNA_CHECK_ARG(!options.comm_hook || options.compression == Compression::None,
                    "Reducer: set either options.comm_hook or options.compression, not both");
-  KIZUNA_CHECK_ARG(options.broadcast_root >= 0 && options.broadcast_root < comm->size(),
+  KIZUNA_CHECK_ARG(options.broadcast_root >= 0 && options.broadcast_root < comm.size(),
                    "Reducer: broadcast_root ", options.broadcast_root, " is not a rank of ",
-                   comm->size());
+                   comm.size());
   if (options.stream.handle) {
     KIZUNA_CHECK_ARG(options.compression == Compression::None, "Reducer: compression of device gradients "
                      "(options.stream) is not supported: its casts run on the host");
     KIZUNA_CHECK_ARG(!options.find_unused_parameters, "Reducer: find_unused_parameters with device gradients "
                      "(options.stream) is not supported: it zeroes unused gradients from the host");
-    KIZUNA_CHECK_ARG(comm->device() != "cpu", "Reducer: options.stream is set but communicator ", comm->name(),
+    KIZUNA_CHECK_ARG(comm.device() != "cpu", "Reducer: options.stream is set but communicator ", comm.name(),
                      " is a CPU communicator (set CommOptions.device or KIZUNA_DEVICE to cuda)");
   }
   validate(views, buffer_bytes);
@@ -238,6 +248,29 @@ Reducer::Reducer(std::shared_ptr<Communicator> comm, void* parameters, void* gra
       KIZUNA_CHECK_ARG(is_floating(p.dtype), "Reducer: parameter ", ddp::describe(p),
                        " is not floating-point; averaging needs floating gradients "
                        "(set options.average = false to sum)");
+}
+
+}  // namespace
+
+Reducer::Reducer(std::shared_ptr<Communicator> comm, void* parameters, void* gradients,
+                 std::size_t buffer_bytes, std::vector<Parameter> views,
+                 const ReducerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  KIZUNA_CHECK_ARG(comm != nullptr, "Reducer: the communicator is null");
+  // Each rank checks its own arguments, then the ranks agree: one whose
+  // arguments are refused must not leave the others waiting in the
+  // registration check below until their deadline.
+  std::exception_ptr refused;
+  try {
+    check_arguments(*comm, gradients, parameters, buffer_bytes, views, options);
+  } catch (const Error&) {
+    refused = std::current_exception();
+  }
+  std::int64_t failed = refused ? comm->rank() + 1 : 0;  // the highest rank refused, plus one
+  comm->all_reduce(&failed, 1, DataType::Int64, ReduceOp::Max).wait();
+  if (refused) std::rethrow_exception(refused);
+  KIZUNA_CHECK_ARG(failed == 0, "Reducer: rank ", failed - 1, " refused its arguments (its error says why), so no ",
+                   "rank builds its Reducer");
 
   Impl& s = *impl_;
   s.comm = std::move(comm);
@@ -257,9 +290,11 @@ Reducer::Reducer(std::shared_ptr<Communicator> comm, void* parameters, void* gra
 
   s.bucket_of.assign(s.views.size(), 0);
   s.ready.assign(s.views.size(), 0);
+  s.used_since_sync.assign(s.views.size(), 0);
   s.build_buckets(reverse_order(s.views.size()));
   if (options.broadcast_parameters) broadcast_parameters(options.broadcast_root);
 }
+
 
 Reducer::~Reducer() = default;
 
@@ -285,7 +320,10 @@ void Reducer::mark_ready(std::size_t index) {
   std::lock_guard lock(s.mutex);
   KIZUNA_CHECK_ARG(index < s.views.size(), "Reducer::mark_ready: no parameter #", index, " (",
                    s.views.size(), " registered)");
-  if (s.no_sync_depth > 0) return;
+  if (s.no_sync_depth > 0) {
+    s.used_since_sync[index] = 1;
+    return;
+  }
   KIZUNA_CHECK_ARG(!s.ready[index], "Reducer::mark_ready: parameter ", ddp::describe(s.views[index]),
                    " marked ready twice in iteration ", s.iteration);
   s.mark(index);
@@ -298,17 +336,21 @@ void Reducer::finalize() {
   std::lock_guard lock(s.mutex);
   if (s.no_sync_depth > 0) return;
 
-  // Parameters never marked are reduced as zero; in reverse registration
-  // order, as backward would have produced them.
-  std::vector<std::size_t> unused;
+  // Parameters never marked are reduced as zero, unless steps under
+  // no_sync() accumulated a gradient for them, which is reduced as it is
+  // (as PyTorch's DDP does); in reverse registration order, as backward
+  // would have produced them.
+  std::vector<std::size_t> unused, accumulated;
   for (std::size_t p = s.views.size(); p-- > 0;)
-    if (!s.ready[p]) unused.push_back(p);
+    if (!s.ready[p]) (s.used_since_sync[p] ? accumulated : unused).push_back(p);
   std::exception_ptr error;
   try {
-    for (std::size_t p : unused) {
+    for (std::size_t p = s.views.size(); p-- > 0;) {
+      if (s.ready[p]) continue;
       // Device gradients cannot be zeroed from here: they are reduced as
       // they are, and the error below says so.
-      if (!s.options.stream.handle) std::memset(s.grads + s.views[p].offset, 0, s.views[p].bytes());
+      if (!s.used_since_sync[p] && !s.options.stream.handle)
+        std::memset(s.grads + s.views[p].offset, 0, s.views[p].bytes());
       s.mark(p);
     }
   } catch (...) {
@@ -317,7 +359,13 @@ void Reducer::finalize() {
   std::exception_ptr comm_error = s.drain();
   if (!error) error = comm_error;
   s.reset_iteration();
-  if (error) std::rethrow_exception(error);
+  std::fill(s.used_since_sync.begin(), s.used_since_sync.end(), 0);
+  if (error) {
+    // The first iteration's ready order starts again with the next one
+    // (a failed iteration's marks would make it longer than the parameters).
+    s.ready_order.clear();
+    std::rethrow_exception(error);
+  }
 
   ++s.iteration;
   if (s.iteration == 1 && s.rebuilds() && !s.rebuilt) s.rebuild();

@@ -4,6 +4,8 @@
 // registration mismatches; rebuilds; staging; user hooks; misuse.
 #include <catch2/catch.hpp>
 
+#include <optional>
+
 #include <kizuna/ddp.hpp>
 #include <kizuna/error.hpp>
 
@@ -314,6 +316,76 @@ TEST_CASE("a parameter never marked ready: an error naming it, or zero with find
     });
     for (const auto& e : results) CHECK(e == "");
   }
+}
+
+TEST_CASE("a gradient accumulated under no_sync for a parameter the synchronising step skips is reduced as accumulated",
+          "[ddp][reducer]") {
+  // Rank 1 computes layer1.bias in the first two micro-batches only (a
+  // branch the last one does not take): what it accumulated is its share,
+  // neither zeroed (with find_unused_parameters) nor an error (without).
+  const int n = 3, micro = 3;
+  const bool find_unused = GENERATE(true, false);
+  CAPTURE(find_unused);
+  const Comms comms = ddp_comms(n);
+  const Model model = make_model(4, 10);
+  const std::size_t skipped = 3;
+  const auto results = on_ranks(n, [&](int r) -> std::string {
+    std::vector<std::byte> params(model.bytes), grads(model.bytes), summed(model.bytes);
+    // Micro-batch k's gradients, less layer1.bias on rank 1 in the last one.
+    auto accumulate = [&](int k, std::vector<std::byte>& into) {
+      std::vector<std::byte> g(model.bytes);
+      fill_grads(model, g, r, k);
+      const Parameter& bias = model.views[skipped];
+      if (r == 1 && k == micro - 1) std::fill_n(g.begin() + bias.offset, bias.bytes(), std::byte{0});
+      auto* dst = reinterpret_cast<float*>(into.data());
+      const auto* src = reinterpret_cast<const float*>(g.data());
+      for (std::size_t i = 0; i < model.bytes / 4; ++i) dst[i] += src[i];
+    };
+    ReducerOptions o = small_buckets();
+    o.find_unused_parameters = find_unused;
+    Reducer accumulating(comms[r], params.data(), grads.data(), model.bytes, model.views, o);
+    for (int k = 0; k < micro; ++k) {
+      std::optional<Reducer::NoSync> guard;
+      if (k < micro - 1) guard.emplace(accumulating.no_sync());
+      accumulate(k, grads);
+      for (std::size_t p = model.views.size(); p-- > 0;)
+        if (!(r == 1 && k == micro - 1 && p == skipped)) accumulating.mark_ready(p);
+      accumulating.finalize();
+    }
+    // The same sums, every parameter marked, in one synchronised step.
+    Reducer once(comms[r], params.data(), summed.data(), model.bytes, model.views, small_buckets());
+    for (int k = 0; k < micro; ++k) accumulate(k, summed);
+    for (std::size_t p = model.views.size(); p-- > 0;) once.mark_ready(p);
+    once.finalize();
+    if (summed != grads) return "rank " + std::to_string(r) + ": the accumulated result differs";
+    return "";
+  });
+  for (const auto& e : results) CHECK(e == "");
+}
+
+TEST_CASE("arguments refused on one rank fail every rank's Reducer at once, not at the deadline", "[ddp][reducer]") {
+  const int n = 2;
+  const Comms comms = ddp_comms(n);
+  const Model model = make_model(2, 8);
+  const auto results = on_ranks(n, [&](int r) -> std::string {
+    std::vector<std::byte> params(model.bytes), grads(model.bytes);
+    auto views = model.views;
+    if (r == 1) views[1].offset = 4;  // overlaps views[0]
+    Reducer reducer(comms[r], params.data(), grads.data(), model.bytes, views);
+    return "built";
+  });
+  CHECK_THAT(results[1], Catch::StartsWith("error InvalidArgument") && Catch::Contains("overlap"));
+  CHECK_THAT(results[0], Catch::StartsWith("error InvalidArgument") && Catch::Contains("rank 1 refused its arguments"));
+  // The communicator is still in step: a Reducer with the same views works.
+  const auto again = on_ranks(n, [&](int r) -> std::string {
+    std::vector<std::byte> params(model.bytes), grads(model.bytes);
+    Reducer reducer(comms[r], params.data(), grads.data(), model.bytes, model.views, small_buckets());
+    fill_grads(model, grads, r, 0);
+    for (std::size_t p = model.views.size(); p-- > 0;) reducer.mark_ready(p);
+    reducer.finalize();
+    return check_mean(model, grads, r, n, 0, Compression::None);
+  });
+  for (const auto& e : again) CHECK(e == "");
 }
 
 TEST_CASE("mismatched registrations are a Mismatch on every rank naming the parameter and ranks",
