@@ -68,6 +68,11 @@ kzResult_t kzCommInitFromEnv(kzComm_t* comm);
  * allowed here, the others must know it) and every rank joins it. */
 kzResult_t kzCommInitRank(kzComm_t* comm, int nranks, const char* store, int rank);
 
+/* Both free the handle (NULL is a no-op for Destroy): calling either again,
+ * or anything else with it, afterwards is an error of the caller's. Another
+ * thread may be inside a call on it meanwhile: Abort makes that call fail
+ * with kzAborted (Destroy lets it finish), and the communicator is released
+ * once the last such call returns. */
 kzResult_t kzCommDestroy(kzComm_t comm);
 kzResult_t kzCommAbort(kzComm_t comm);
 kzResult_t kzCommSplit(kzComm_t comm, int color, int key, kzComm_t* newcomm);

@@ -5,6 +5,7 @@
 #include <kizuna/kizuna.h>
 #include <kizuna/tcp_store.hpp>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,8 +14,11 @@
 #include "core/check.hpp"
 #include "core/launch_env.hpp"
 
+// Each call takes its own reference, so a kzCommAbort or kzCommDestroy
+// from another thread (to unstick one blocked in a call, as NCCL users do)
+// lets go of the handle without freeing the communicator under that call.
 struct kzComm {
-  std::shared_ptr<kizuna::Communicator> comm;
+  std::atomic<std::shared_ptr<kizuna::Communicator>> comm;
 };
 
 namespace {
@@ -61,9 +65,11 @@ kzResult_t guarded(Fn&& fn) {
   }
 }
 
-kizuna::Communicator& comm_of(kzComm_t comm) {
-  KIZUNA_CHECK_ARG(comm != nullptr && comm->comm != nullptr, "communicator is NULL");
-  return *comm->comm;
+std::shared_ptr<kizuna::Communicator> comm_of(kzComm_t comm) {
+  KIZUNA_CHECK_ARG(comm != nullptr, "communicator is NULL");
+  std::shared_ptr<kizuna::Communicator> c = comm->comm.load();
+  KIZUNA_CHECK_ARG(c != nullptr, "communicator was destroyed or aborted");
+  return c;
 }
 
 DataType dtype_of(kzDataType_t t) {
@@ -123,20 +129,25 @@ kzResult_t kzCommInitRank(kzComm_t* comm, int nranks, const char* store, int ran
 }
 
 kzResult_t kzCommDestroy(kzComm_t comm) {
-  return guarded([&] { delete comm; });
+  return guarded([&] {
+    if (comm == nullptr) return;
+    const std::shared_ptr<kizuna::Communicator> last = comm->comm.exchange(nullptr);
+    delete comm;  // the communicator goes with the last call still in it
+  });
 }
 
 kzResult_t kzCommAbort(kzComm_t comm) {
   return guarded([&] {
-    comm_of(comm).abort("kzCommAbort");
-    delete comm;
+    KIZUNA_CHECK_ARG(comm != nullptr, "communicator is NULL");
+    if (const std::shared_ptr<kizuna::Communicator> c = comm->comm.exchange(nullptr)) c->abort("kzCommAbort");
+    delete comm;  // calls still in it fail with Aborted and hold the communicator until they return
   });
 }
 
 kzResult_t kzCommSplit(kzComm_t comm, int color, int key, kzComm_t* newcomm) {
   return guarded([&] {
     KIZUNA_CHECK_ARG(newcomm != nullptr, "newcomm is NULL");
-    auto sub = comm_of(comm).split(color, key);
+    auto sub = comm_of(comm)->split(color, key);
     *newcomm = sub ? new kzComm{std::move(sub)} : nullptr;
   });
 }
@@ -144,14 +155,14 @@ kzResult_t kzCommSplit(kzComm_t comm, int color, int key, kzComm_t* newcomm) {
 kzResult_t kzCommCount(const kzComm_t comm, int* count) {
   return guarded([&] {
     KIZUNA_CHECK_ARG(count != nullptr, "count is NULL");
-    *count = comm_of(comm).size();
+    *count = comm_of(comm)->size();
   });
 }
 
 kzResult_t kzCommUserRank(const kzComm_t comm, int* rank) {
   return guarded([&] {
     KIZUNA_CHECK_ARG(rank != nullptr, "rank is NULL");
-    *rank = comm_of(comm).rank();
+    *rank = comm_of(comm)->rank();
   });
 }
 
@@ -159,12 +170,18 @@ kzResult_t kzCommGetAsyncError(kzComm_t comm, kzResult_t* async_error) {
   return guarded([&] {
     KIZUNA_CHECK_ARG(async_error != nullptr, "async_error is NULL");
     *async_error = kzSuccess;
-    if (auto e = comm_of(comm).async_error()) {
+    if (auto e = comm_of(comm)->async_error()) {
       try {
         std::rethrow_exception(e);
       } catch (const kizuna::Error& err) {
         *async_error = to_result(err.code());
         g_last_error = err.what();
+      } catch (const std::exception& err) {
+        *async_error = kzInternalError;
+        g_last_error = err.what();
+      } catch (...) {
+        *async_error = kzInternalError;
+        g_last_error = "unknown error";
       }
     }
   });
@@ -191,8 +208,8 @@ kzResult_t kzAllReduce(const void* sendbuff, void* recvbuff, size_t count, kzDat
                        kzRedOp_t op, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
     dispatch(
-        stream, [&] { return comm_of(comm).all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op)); },
-        [&](kizuna::DeviceStream s) { comm_of(comm).all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), s); });
+        stream, [&] { return comm_of(comm)->all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op)); },
+        [&](kizuna::DeviceStream s) { comm_of(comm)->all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), s); });
   });
 }
 
@@ -200,8 +217,8 @@ kzResult_t kzBroadcast(const void* sendbuff, void* recvbuff, size_t count, kzDat
                        int root, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
     dispatch(
-        stream, [&] { return comm_of(comm).broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root); },
-        [&](kizuna::DeviceStream s) { comm_of(comm).broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root, s); });
+        stream, [&] { return comm_of(comm)->broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root); },
+        [&](kizuna::DeviceStream s) { comm_of(comm)->broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root, s); });
   });
 }
 
@@ -209,8 +226,8 @@ kzResult_t kzReduce(const void* sendbuff, void* recvbuff, size_t count, kzDataTy
                     kzRedOp_t op, int root, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
     dispatch(
-        stream, [&] { return comm_of(comm).reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root); },
-        [&](kizuna::DeviceStream s) { comm_of(comm).reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root, s); });
+        stream, [&] { return comm_of(comm)->reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root); },
+        [&](kizuna::DeviceStream s) { comm_of(comm)->reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root, s); });
   });
 }
 
@@ -218,8 +235,8 @@ kzResult_t kzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                        kzDataType_t datatype, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
     dispatch(
-        stream, [&] { return comm_of(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype)); },
-        [&](kizuna::DeviceStream s) { comm_of(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype), s); });
+        stream, [&] { return comm_of(comm)->all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype)); },
+        [&](kizuna::DeviceStream s) { comm_of(comm)->all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype), s); });
   });
 }
 
@@ -227,8 +244,8 @@ kzResult_t kzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcoun
                            kzDataType_t datatype, kzRedOp_t op, kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
     dispatch(
-        stream, [&] { return comm_of(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op)); },
-        [&](kizuna::DeviceStream s) { comm_of(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op), s); });
+        stream, [&] { return comm_of(comm)->reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op)); },
+        [&](kizuna::DeviceStream s) { comm_of(comm)->reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op), s); });
   });
 }
 
@@ -236,8 +253,8 @@ kzResult_t kzSend(const void* sendbuff, size_t count, kzDataType_t datatype, int
                   kzStream_t stream) {
   return guarded([&] {
     dispatch(
-        stream, [&] { return comm_of(comm).send(sendbuff, count, dtype_of(datatype), peer); },
-        [&](kizuna::DeviceStream s) { comm_of(comm).send(sendbuff, count, dtype_of(datatype), peer, s); });
+        stream, [&] { return comm_of(comm)->send(sendbuff, count, dtype_of(datatype), peer); },
+        [&](kizuna::DeviceStream s) { comm_of(comm)->send(sendbuff, count, dtype_of(datatype), peer, s); });
   });
 }
 
@@ -245,15 +262,15 @@ kzResult_t kzRecv(void* recvbuff, size_t count, kzDataType_t datatype, int peer,
                   kzStream_t stream) {
   return guarded([&] {
     dispatch(
-        stream, [&] { return comm_of(comm).recv(recvbuff, count, dtype_of(datatype), peer); },
-        [&](kizuna::DeviceStream s) { comm_of(comm).recv(recvbuff, count, dtype_of(datatype), peer, s); });
+        stream, [&] { return comm_of(comm)->recv(recvbuff, count, dtype_of(datatype), peer); },
+        [&](kizuna::DeviceStream s) { comm_of(comm)->recv(recvbuff, count, dtype_of(datatype), peer, s); });
   });
 }
 
 kzResult_t kzBarrier(kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
     KIZUNA_CHECK_ARG(stream == nullptr, "kzBarrier takes no stream; pass NULL");
-    comm_of(comm).barrier().wait();
+    comm_of(comm)->barrier().wait();
   });
 }
 
@@ -262,7 +279,7 @@ kzResult_t kzBarrier(kzComm_t comm, kzStream_t stream) {
 kzResult_t kzMemAlloc(kzComm_t comm, void** ptr, size_t size) {
   return guarded([&] {
     KIZUNA_CHECK_ARG(ptr != nullptr, "kzMemAlloc: ptr is NULL");
-    std::shared_ptr<void> memory = comm_of(comm).allocate_symmetric(size);
+    std::shared_ptr<void> memory = comm_of(comm)->allocate_symmetric(size);
     std::lock_guard lock(g_memory_mutex);
     *ptr = memory.get();
     g_memory.emplace(memory.get(), std::move(memory));

@@ -166,10 +166,14 @@ void TorchComm::queued(const std::vector<kizuna::Work>& parts) {
 }
 
 void TorchComm::settle() {
-  // Calls run in order, so the last one done means all are. Its error, if
-  // any, belongs to its own Work and is reported there.
+  // Calls run in order, so the last one done means all are; and done as
+  // c10d sees it, its staged results copied back into the caller's
+  // tensors (a kizuna Work is done before the callback that copies them
+  // has run). Its error, if any, belongs to its own Work and is reported
+  // there.
   try {
-    last_.wait();
+    if (const auto work = last_work_.lock()) work->wait();
+    else last_.wait();
   } catch (...) {
   }
 }
@@ -177,6 +181,7 @@ void TorchComm::settle() {
 WorkPtr TorchComm::launch(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
                           std::function<void()> epilogue, std::vector<at::Tensor> keep) {
   queued(parts);
+  last_work_ = c10::weak_intrusive_ptr<KizunaWork>(work);
   KizunaWork::start(work, std::move(parts), [keep = std::move(keep), epilogue = std::move(epilogue)] {
     if (epilogue) epilogue();
   });

@@ -76,6 +76,7 @@ class TorchComm {
   // joins its worker thread); nothing may be called afterwards.
   void close() {
     last_ = kizuna::Work();
+    last_work_ = c10::weak_intrusive_ptr<KizunaWork>(c10::intrusive_ptr<KizunaWork>());
     comm_.reset();
   }
 
@@ -126,6 +127,11 @@ class TorchComm {
   std::shared_ptr<kizuna::Communicator> comm_;
   std::mutex call_mutex_;  // held by each call from its checks to its last enqueue
   kizuna::Work last_;      // the last kizuna Work queued (guarded by call_mutex_)
+  // The last call's Work (guarded by call_mutex_): done once its results
+  // are copied back, which its last kizuna Work being done does not say.
+  // Weak: it lives while in flight (its parts' callbacks hold it) or while
+  // the caller keeps it, and holds no tensor beyond that.
+  c10::weak_intrusive_ptr<KizunaWork> last_work_{c10::intrusive_ptr<KizunaWork>()};
 };
 
 }  // namespace kizuna_torch

@@ -88,6 +88,17 @@ works = [dist.all_reduce(t, async_op=True) for _ in range(3)]
 for w in works:
     w.wait()
 check.expect("async calls in order", torch.equal(t, torch.full((4,), float(world ** 3))), str(t))
+# an async call on a non-contiguous tensor, then a blocking one on it: the
+# second reads the first's result, copied back (several rounds: the copy
+# back runs on kizuna's worker, and only sometimes late)
+for _ in range(5):
+    a = torch.ones(400, 300)
+    x = a.t()
+    w = dist.all_reduce(x, async_op=True)
+    dist.all_reduce(x)
+    w.wait()
+    check.expect("non-contiguous async then blocking, in order", torch.equal(a, torch.full((400, 300), float(world ** 2))),
+                 str(a.flatten()[:4]))
 futs = [dist.all_reduce(torch.ones(3) * rank, async_op=True).get_future() for _ in range(3)]
 check.expect("futures", all(torch.equal(f.wait()[0], torch.full((3,), world * (world - 1) / 2)) for f in futs))
 
