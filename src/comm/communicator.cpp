@@ -213,6 +213,18 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   bool worker_asleep = false;
   Clock::time_point last_enqueue;
   std::mutex exec_mutex;  // held while a task runs
+  // The communicator whose exec_mutex this thread holds, if any: a Work's
+  // callback, which runs while its task's thread still holds it, may call
+  // and wait on the same communicator (a torch future's callback does),
+  // and its calls then run on this thread, without taking the lock again.
+  static thread_local const Impl* holding_exec;
+  struct HoldingExec {
+    const Impl* previous;
+    explicit HoldingExec(const Impl* impl) : previous(holding_exec) { holding_exec = impl; }
+    ~HoldingExec() { holding_exec = previous; }
+    HoldingExec(const HoldingExec&) = delete;
+    HoldingExec& operator=(const HoldingExec&) = delete;
+  };
   std::thread worker;
   std::atomic<std::thread::id> inline_runner{};  // the thread in run_inline, if any
 
@@ -311,6 +323,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         queue.pop_front();
         callers_wait = false;
       }
+      const HoldingExec holding(this);
       run_task(*task);
     }
   }
@@ -320,6 +333,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // see their deadline. Fail the communicator with PeerLost naming it, and
   // stop the kernels; their Works end with that error.
   void watch_peers() {
+    if (holding_exec == this) return;
     std::unique_lock exec(exec_mutex, std::try_to_lock);
     if (!exec || broken.load()) return;
     for (auto& link : links) {
@@ -357,8 +371,16 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // Work::wait() on a queued task: unless a call is running, run it here,
   // with the calls queued before it (calls run in order).
   void run_inline(const std::shared_ptr<Task>& task) {
+    // A callback waiting on this thread, which runs this communicator's
+    // calls already: run the new ones here (the one that called back is
+    // finished, the executor idle).
+    if (holding_exec == this) {
+      run_through(task, false);
+      return;
+    }
     std::unique_lock exec = take_exec_briefly();
     if (!exec) return;
+    const HoldingExec holding(this);
     inline_runner.store(std::this_thread::get_id());
     struct Done {
       std::atomic<std::thread::id>& runner;
@@ -368,7 +390,12 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     // worker sleep through its calls; one that waits later, as DDP's
     // finalize() does for its last bucket, says nothing about the calls it
     // does not wait for, which still need the worker woken.
-    const bool at_once = Clock::now() - task->queued_at < kInlineGrace;
+    run_through(task, Clock::now() - task->queued_at < kInlineGrace);
+  }
+
+  // Runs the queue up to and including `task` (unless something else ran
+  // it meanwhile). The caller holds exec_mutex.
+  void run_through(const std::shared_ptr<Task>& task, bool at_once) {
     for (;;) {
       std::shared_ptr<Task> next;
       {
@@ -417,8 +444,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       return std::nullopt;
     // A call on symmetric memory meets its peers and may sleep: queued.
     if (t.symmetric) return std::nullopt;
+    if (holding_exec == this) return std::nullopt;  // from a callback: queued, and run by its wait
     std::unique_lock exec = take_exec_briefly();
     if (!exec) return std::nullopt;
+    const HoldingExec holding(this);
     {
       std::lock_guard lock(queue_mutex);
       if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
@@ -945,6 +974,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
   }
 };
+
+thread_local const Communicator::Impl* Communicator::Impl::holding_exec = nullptr;
 
 namespace {
 

@@ -3,9 +3,73 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/jit_type.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 #include <utility>
 
 namespace kizuna_torch {
+
+namespace {
+
+// Where futures are completed: threads of their own, never the thread that
+// finished the collective. A future's callbacks run where it completes, and
+// one may call a collective on the same group and wait for its future (DDP's
+// PowerSGD hook does): on kizuna's worker thread, that call would wait for
+// the very thread it blocks. Here a waiting callback only holds its own
+// thread; a completion that finds every thread busy starts another, and a
+// thread idle for a while ends. Never destroyed (threads may outlive static
+// destruction at exit).
+class Completions {
+ public:
+  static Completions& get() {
+    static Completions* pool = new Completions;
+    return *pool;
+  }
+
+  void post(std::function<void()> fn) {
+    std::unique_lock lock(mutex_);
+    tasks_.push_back(std::move(fn));
+    if (idle_ > 0) {
+      cv_.notify_one();
+      return;
+    }
+    ++threads_;
+    lock.unlock();
+    std::thread([this] { run(); }).detach();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      while (tasks_.empty()) {
+        ++idle_;
+        const bool woken = cv_.wait_for(lock, std::chrono::seconds(10), [this] { return !tasks_.empty(); });
+        --idle_;
+        if (!woken) {
+          --threads_;
+          return;
+        }
+      }
+      std::function<void()> fn = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      fn();
+      fn = nullptr;  // its captures released outside the lock
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  int idle_ = 0;
+  int threads_ = 0;
+};
+
+}  // namespace
 
 KizunaWork::KizunaWork(int rank, c10d::OpType type, const char* profiling_title,
                        std::vector<at::Tensor> outputs, int source_rank)
@@ -55,10 +119,12 @@ void KizunaWork::complete() {
   }
   epilogue_ = nullptr;  // release staging buffers now, not when Python drops the Work
   finish(error);
-  if (error)
-    future_->setError(error);
-  else
-    future_->markCompleted(c10::IValue(outputs_));
+  Completions::get().post([future = future_, outputs = outputs_, error] {
+    if (error)
+      future->setError(error);
+    else
+      future->markCompleted(c10::IValue(outputs));
+  });
 }
 
 bool KizunaWork::wait(std::chrono::milliseconds timeout) {
@@ -72,7 +138,11 @@ bool KizunaWork::wait(std::chrono::milliseconds timeout) {
       }
     }
   }
-  return c10d::Work::wait(timeout);
+  const bool done = c10d::Work::wait(timeout);
+  // The future completes on a thread of its own a moment later (see
+  // Completions); a caller that waited for the Work may read it at once.
+  future_->wait();
+  return done;
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> KizunaWork::getFuture() { return future_; }

@@ -12,7 +12,10 @@
 //
 // Completion runs on the thread that finished the last part: kizuna's worker,
 // or a thread inside wait() that ran its own collective inline. The
-// epilogue's buffers are released right after it runs.
+// epilogue's buffers are released right after it runs. The future is
+// completed on a thread of its own, so that its callbacks (which may call a
+// collective on the same group and wait for it, as DDP's PowerSGD hook
+// does) never hold kizuna's worker; wait() returns once it is.
 //
 // wait() without a timeout first waits on the parts with kizuna's
 // Work::wait(), which lets this thread run the collective itself when it is

@@ -3,6 +3,8 @@
 // fewer than the ranks, prime, and many slices.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -183,6 +185,35 @@ TEST_CASE("many asynchronous collectives in flight complete in call order", "[co
     int called = 0;
     works[0].on_complete([&](const Work& w) { called += w.done(); });
     REQUIRE(called == 1);
+  });
+}
+
+TEST_CASE("a completion callback may call and wait on the same communicator, on the worker or inline", "[comm]") {
+  // As a torch future's callback does (DDP's PowerSGD hook): the callback
+  // runs on the thread that finished the call, which still runs the
+  // communicator's calls; its own call runs there too. Small and large
+  // calls (direct path or queued), waited for at once or left to the worker.
+  const int world = 2;
+  const auto comms = make_comms(world);
+  const bool wait_first = GENERATE(true, false);
+  const std::size_t count = GENERATE(std::size_t{4}, std::size_t{200'000});
+  CAPTURE(wait_first, count);
+  run_ranks(world, [&](int r) {
+    std::vector<std::int32_t> a(count, r + 1), b(count, 10 * (r + 1));
+    std::atomic<bool> inner_done{false};
+    Work outer = comms[r]->all_reduce(a.data(), count, DataType::Int32, ReduceOp::Sum);
+    outer.on_complete([&](const Work&) {
+      comms[r]->all_reduce(b.data(), count, DataType::Int32, ReduceOp::Sum).wait();
+      inner_done = true;
+    });
+    if (wait_first) outer.wait();
+    while (!inner_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(a[count - 1] == 3);
+    REQUIRE(b[count - 1] == 30);
+    // And the communicator goes on as usual.
+    std::int32_t x = r;
+    comms[r]->all_reduce(&x, 1, DataType::Int32, ReduceOp::Sum).wait();
+    REQUIRE(x == 1);
   });
 }
 

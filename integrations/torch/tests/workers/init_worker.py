@@ -99,6 +99,12 @@ for _ in range(5):
     w.wait()
     check.expect("non-contiguous async then blocking, in order", torch.equal(a, torch.full((400, 300), float(world ** 2))),
                  str(a.flatten()[:4]))
+# a future callback that runs a collective of its own and waits for it, as
+# DDP's PowerSGD hook does
+for size in (8, 300000):
+    fut = dist.all_reduce(torch.ones(size), async_op=True).get_future().then(
+        lambda f: dist.all_reduce(f.value()[0] * 2, async_op=True).get_future().wait()[0])
+    check.expect("a collective inside a future callback", torch.equal(fut.wait(), torch.full((size,), 2.0 * world * world)))
 futs = [dist.all_reduce(torch.ones(3) * rank, async_op=True).get_future() for _ in range(3)]
 check.expect("futures", all(torch.equal(f.wait()[0], torch.full((3,), world * (world - 1) / 2)) for f in futs))
 
