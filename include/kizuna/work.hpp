@@ -13,7 +13,11 @@
 // the worker and sleep: a blocking call costs no thread switch.
 //
 // on_complete(fn) runs fn once the Work has finished: on the thread that
-// finished it, or at once if it already has. fn must not block. An
+// finished it, or at once if it already has. fn should be short: that
+// thread runs the communicator's calls, and the next one waits for fn. It
+// may make calls on the same communicator and wait for them (they then
+// run on this thread); it must not wait for anything else that needs the
+// communicator's worker (another thread's calls, a torch future). An
 // exception fn throws on the thread that finished the Work is logged and
 // dropped (the other callbacks still run); one it throws at once, from
 // on_complete itself, reaches the caller. fn may hold the last reference
