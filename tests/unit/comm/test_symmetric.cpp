@@ -42,6 +42,18 @@ std::vector<std::string> my_shm_names() {
   return names;
 }
 
+// Two ranks, each on symmetric memory, all-reduce 100 and 101 floats:
+// each rank's error.
+std::vector<Error> counts_100_and_101(const CommOptions& options) {
+  const auto comms = make_comms(2, options);
+  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+  run_ranks(2, [&](int r) {
+    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
+    errors[r] = error_of(comms[r]->all_reduce(memory.get(), r == 0 ? 100 : 101, DataType::Float32, ReduceOp::Sum));
+  });
+  return errors;
+}
+
 }  // namespace
 
 TEST_CASE("all-reduce on symmetric memory matches the serial reference, in place and out of place", "[comm][symmetric]") {
@@ -101,12 +113,7 @@ TEST_CASE("symmetric memory is unlinked from /dev/shm once mapped, and outlives 
 }
 
 TEST_CASE("ranks that disagree on a call on symmetric memory all fail with Mismatch, naming both calls", "[comm][symmetric]") {
-  const auto comms = make_comms(2, shm_options(std::chrono::milliseconds(20'000)));
-  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
-  run_ranks(2, [&](int r) {
-    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
-    errors[r] = error_of(comms[r]->all_reduce(memory.get(), r == 0 ? 100 : 101, DataType::Float32, ReduceOp::Sum));
-  });
+  const std::vector<Error> errors = counts_100_and_101(shm_options(std::chrono::milliseconds(20'000)));
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << errors[r].what());
     CHECK(errors[r].code() == ErrorCode::Mismatch);
@@ -149,12 +156,7 @@ TEST_CASE("a forced algorithm, or an all-reduce below symmetric_from, runs throu
   const bool forced = GENERATE(true, false);
   if (forced) options.algorithm = Algorithm::Ring;
   else options.symmetric_from = 1 << 20;
-  const auto comms = make_comms(2, options);
-  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
-  run_ranks(2, [&](int r) {
-    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
-    errors[r] = error_of(comms[r]->all_reduce(memory.get(), r == 0 ? 100 : 101, DataType::Float32, ReduceOp::Sum));
-  });
+  const std::vector<Error> errors = counts_100_and_101(options);
   // The slots see the sizes differ in their messages and say so; the rank
   // that sees it first tells the other (also the one whose message did not
   // match), which fails with the same Mismatch.
@@ -172,12 +174,7 @@ TEST_CASE("with KIZUNA_CHECK, ranks whose calls fall on both sides of symmetric_
   CommOptions options = shm_options(std::chrono::milliseconds(20'000));
   options.symmetric_from = 404;
   options.check = true;
-  const auto comms = make_comms(2, options);
-  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
-  run_ranks(2, [&](int r) {
-    const std::shared_ptr<void> memory = comms[r]->allocate_symmetric(4096);
-    errors[r] = error_of(comms[r]->all_reduce(memory.get(), r == 0 ? 100 : 101, DataType::Float32, ReduceOp::Sum));
-  });
+  const std::vector<Error> errors = counts_100_and_101(options);
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << errors[r].what());
     CHECK(errors[r].code() == ErrorCode::Mismatch);
