@@ -49,6 +49,11 @@ struct CommOptions {
   // path when its buffers are such memory (Communicator::allocate_symmetric);
   // unset: KIZUNA_SYMMETRIC_FROM (default: by measurement, see docs/env.md).
   std::optional<std::size_t> symmetric_from;
+  // The largest all-reduce, in bytes, that runs through the mailboxes (every
+  // rank reads every peer's input from one shared cache line or a few) when
+  // every rank shares one node; 0 turns them off. Unset:
+  // KIZUNA_MAILBOX_UPTO (default: by measurement, see docs/env.md).
+  std::optional<std::size_t> mailbox_upto;
   // Exchange call fingerprints before each collective; unset: KIZUNA_CHECK.
   std::optional<bool> check;
   // Where the buffers of stream calls live: "cpu", "cuda" (the GPU

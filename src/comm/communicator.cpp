@@ -32,6 +32,7 @@
 #include "comm/history.hpp"
 #include "comm/signal_dump.hpp"
 #include "comm/staged_call.hpp"
+#include "comm/mailbox.hpp"
 #include "comm/symmetric.hpp"
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
@@ -153,6 +154,9 @@ struct Task {
   // buffers' allocations, kept mapped until it has run.
   bool symmetric = false;
   std::shared_ptr<const void> pinned_input, pinned_output;
+  // An all-reduce through the mailboxes, once started: its deadline.
+  bool mailbox = false;
+  std::chrono::steady_clock::time_point deadline;
 };
 
 struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
@@ -176,6 +180,11 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // memory; null elsewhere.
   std::unique_ptr<comm::SymmetricMemory> symmetric;
   std::size_t symmetric_from = 0;  // the smallest all-reduce that takes it, in bytes
+  // The mailboxes (comm/mailbox.hpp) for all-reduces of up to mailbox_upto
+  // bytes, in memory of symmetric memory's kind; null where there is none.
+  std::shared_ptr<void> mailbox_memory;  // declared first: it outlives the mailbox
+  std::unique_ptr<comm::Mailbox> mailbox;
+  std::size_t mailbox_upto = 0;
   std::unique_ptr<comm::DeviceBackend> device;  // null: a CPU communicator
   // (collective, algorithm, root, count, element size): see schedule_key().
   using ScheduleKey = std::tuple<int, int, int, std::uint64_t, std::uint64_t>;
@@ -773,10 +782,18 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     std::replace(comm_field.begin(), comm_field.end(), ' ', '_');
     KIZUNA_LOG(Error) << kStatusMarker << " rank=" << rank << " world=" << world << " comm=" << comm_field << " "
                       << history.status_fields(live) << " error=" << kizuna::name(e.code());
-    // Which path failed: symmetric memory's, or the executor's.
+    // Which path failed: symmetric memory's, the mailboxes', or the
+    // executor's.
     const bool on_symmetric = symmetric && (symmetric->failed_peer() >= 0 || symmetric->cause());
-    const int lost = on_symmetric ? symmetric->failed_peer() : executor ? executor->failed_peer() : -1;
-    const transport::AbortNotice* cause = on_symmetric ? symmetric->cause() : executor ? executor->cause() : nullptr;
+    const bool on_mailbox = mailbox && (mailbox->failed_peer() >= 0 || mailbox->cause());
+    const int lost = on_symmetric ? symmetric->failed_peer()
+                     : on_mailbox ? mailbox->failed_peer()
+                     : executor   ? executor->failed_peer()
+                                  : -1;
+    const transport::AbortNotice* cause = on_symmetric ? symmetric->cause()
+                                          : on_mailbox ? mailbox->cause()
+                                          : executor   ? executor->cause()
+                                                       : nullptr;
     // Pass a peer's notice on unchanged (its origin saw the root cause);
     // otherwise this rank is the origin. Every live peer is told, the one
     // whose message did not match or that kept us waiting included; only a
@@ -845,6 +862,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
 
   // False when the executor yielded after `patience` (t.running: resume it).
   bool execute(Task& t, Clock::duration patience) {
+    if (t.mailbox) return execute_mailbox(t, patience);
     if (t.running) {
       if (!executor->resume(t.label, patience)) return false;
       finish_collective(t);
@@ -855,6 +873,13 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       execute_p2p(t, deadline);
       return true;
     }
+    if (takes_mailbox(t)) {
+      t.mailbox = true;
+      t.deadline = deadline;
+      return execute_mailbox(t, patience);
+    }
+    // A peer that waits at its mailbox for this call sees it is elsewhere.
+    if (mailbox) mailbox->announce(t.seq, static_cast<std::uint32_t>(t.collective), t.count);
     if (t.symmetric) {
       execute_symmetric(t, deadline);
       return true;
@@ -903,6 +928,34 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     t.symmetric = true;
     t.pinned_input = std::move(in);
     t.pinned_output = std::move(out);
+  }
+
+  // An all-reduce of up to mailbox_upto bytes, or a barrier, left to the
+  // cost model, runs through the mailboxes: what every rank decides alike
+  // from the call.
+  bool takes_mailbox(const Task& t) const {
+    if (!mailbox || algo_override != Algorithm::Auto) return false;
+    if (t.collective == Collective::Barrier) return true;
+    return t.collective == Collective::AllReduce && !t.symmetric && t.count * size_of(t.dtype) <= mailbox_upto;
+  }
+
+  // Starts or resumes a mailbox all-reduce; false when it yielded part-run
+  // after waiting `patience` (see try_direct).
+  bool execute_mailbox(Task& t, Clock::duration patience) {
+    if (!t.running) {
+      t.label = label(t, algo::Algorithm::OneShot);
+      t.label.algorithm = "mailbox";
+      if (check) verify_fingerprints(t, t.deadline, t.label);
+      history.started(t.history_id, "mailbox", 1);
+      live.seq.store(t.seq, std::memory_order_relaxed);
+      live.step.store(0, std::memory_order_relaxed);
+      live.steps.store(1, std::memory_order_relaxed);
+      t.running = true;
+    }
+    if (!mailbox->run({t.collective, t.input, t.output, t.count, t.dtype, t.op, t.seq}, t.deadline, t.label, patience))
+      return false;
+    finish_collective(t);
+    return true;
   }
 
   void execute_symmetric(Task& t, Clock::time_point deadline) {
@@ -1031,6 +1084,9 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
                    "; it must be at least 1");
   KIZUNA_CHECK_ARG(options.rank >= 0 && options.rank < options.world_size, "CommOptions.rank ",
                    options.rank, " is out of range for world size ", options.world_size);
+  KIZUNA_CHECK_ARG(!options.mailbox_upto || *options.mailbox_upto <= comm::Mailbox::capacity(),
+                   "CommOptions.mailbox_upto = ", *options.mailbox_upto, " is over the mailboxes' ",
+                   comm::Mailbox::capacity(), " bytes");
   const core::Env& env = core::Env::get();
   auto impl = std::make_shared<Impl>();
   impl->options = options;
@@ -1181,6 +1237,27 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
                            : env.symmetric_from >= 0 ? static_cast<std::size_t>(env.symmetric_from)
                            : oversubscribed          ? 64 << 10
                                                      : 512 << 10;
+    // The mailboxes, for the small all-reduces (docs/performance.md has
+    // the measurements behind the default).
+    impl->mailbox_upto = options.mailbox_upto ? *options.mailbox_upto
+                         : env.mailbox_upto >= 0 ? static_cast<std::size_t>(env.mailbox_upto)
+                                                 : comm::Mailbox::capacity();
+    if (impl->mailbox_upto > 0) {
+      std::vector<unsigned char*> parts = impl->symmetric->allocate_internal(
+          comm::Mailbox::region_bytes(), Clock::now() + setup, impl->mailbox_memory);
+      if (!parts.empty()) {
+        comm::MailboxSetup box;
+        box.rank = impl->rank;
+        box.world = impl->world;
+        box.regions = std::move(parts);
+        for (auto& link : impl->links) box.links.push_back(link.get());
+        box.spin = std::chrono::microseconds(spin_us);
+        box.yield = std::chrono::microseconds(yield_us);
+        box.aborted = &impl->broken;
+        box.live = &impl->live;
+        impl->mailbox = std::make_unique<comm::Mailbox>(std::move(box));
+      }
+    }
   }
   impl->p2p_sent.assign(impl->world, 0);
   impl->p2p_received.assign(impl->world, 0);

@@ -53,6 +53,25 @@ SymmetricMemory::SymmetricMemory(SymmetricSetup setup) : setup_(std::move(setup)
 SymmetricMemory::~SymmetricMemory() = default;
 
 std::shared_ptr<void> SymmetricMemory::allocate(std::size_t bytes, Clock::time_point deadline) {
+  std::shared_ptr<Allocation> allocation = allocate_any(bytes, deadline, true);
+  if (!allocation) return nullptr;
+  void* data = allocation->regions[setup_.rank].data();
+  return std::shared_ptr<void>(std::move(allocation), data);
+}
+
+std::vector<unsigned char*> SymmetricMemory::allocate_internal(std::size_t bytes, Clock::time_point deadline,
+                                                               std::shared_ptr<void>& keep) {
+  std::shared_ptr<Allocation> allocation = allocate_any(bytes, deadline, false);
+  if (!allocation) return {};
+  std::vector<unsigned char*> parts;
+  for (const Region& r : allocation->regions) parts.push_back(r.data());
+  keep = std::move(allocation);
+  return parts;
+}
+
+std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::allocate_any(std::size_t bytes,
+                                                                           Clock::time_point deadline,
+                                                                           bool for_user) {
   std::lock_guard serial(allocate_mutex_);
   const int rank = setup_.rank, world = setup_.world;
   const bool first = sync_.empty();
@@ -110,14 +129,15 @@ std::shared_ptr<void> SymmetricMemory::allocate(std::size_t bytes, Clock::time_p
     sync_ = std::move(sync);
     ready_.store(true, std::memory_order_release);
   }
-  void* data = allocation->regions[rank].data();
+  if (!for_user) return allocation;
   {
     std::lock_guard lock(mutex_);
     for (auto it = by_address_.begin(); it != by_address_.end();)
       it = it->second.expired() ? by_address_.erase(it) : std::next(it);
-    by_address_[reinterpret_cast<std::uintptr_t>(data)] = allocation;
+    by_address_[reinterpret_cast<std::uintptr_t>(allocation->regions[rank].data())] = allocation;
   }
-  return std::shared_ptr<void>(std::move(allocation), data);
+  user_ready_.store(true, std::memory_order_release);
+  return allocation;
 }
 
 bool SymmetricMemory::exchange(const std::string& key, const std::string& mine, bool first, Allocation& allocation,

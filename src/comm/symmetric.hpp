@@ -76,9 +76,16 @@ class SymmetricMemory {
   // read; this rank's part, or nullptr on every rank when one could not.
   // It stays mapped while the returned pointer or a call on it lives.
   std::shared_ptr<void> allocate(std::size_t bytes, Clock::time_point deadline);
+  // Collective, like allocate(), for the communicator's own use (the
+  // mailboxes of comm/mailbox.hpp): every rank's part, by rank, mapped
+  // while `keep` lives and never found by pin(); empty on every rank when
+  // one could not.
+  std::vector<unsigned char*> allocate_internal(std::size_t bytes, Clock::time_point deadline,
+                                                std::shared_ptr<void>& keep);
 
-  // Whether any allocation has been made (cheap: for the hot path).
-  bool any() const { return ready_.load(std::memory_order_acquire); }
+  // Whether any allocation for the user has been made (cheap: for the hot
+  // path).
+  bool any() const { return user_ready_.load(std::memory_order_acquire); }
   // The allocation holding [p, p + bytes), kept mapped while the handle
   // lives (a queued call holds its buffers' so); null when none does.
   std::shared_ptr<const void> pin(const void* p, std::size_t bytes) const;
@@ -107,6 +114,10 @@ class SymmetricMemory {
     std::uint64_t offset = 0;
   };
   Found find(const void* p, std::size_t bytes) const;
+  // allocate() and allocate_internal(): the allocation, registered for
+  // pin() and the all-reduce when `for_user`; null on every rank when one
+  // rank could not.
+  std::shared_ptr<Allocation> allocate_any(std::size_t bytes, Clock::time_point deadline, bool for_user);
   // allocate()'s rendezvous: the names, the mappings, then whether every
   // rank mapped everything. Throws Timeout at the deadline.
   bool exchange(const std::string& key, const std::string& mine, bool first, Allocation& allocation,
@@ -130,6 +141,7 @@ class SymmetricMemory {
   std::uint64_t next_number_ = 1;  // allocation numbers, alike on every rank
   std::vector<transport::shm::Region> sync_;  // by rank: whose headers the meetings use
   std::atomic<bool> ready_{false};            // sync_ is set
+  std::atomic<bool> user_ready_{false};       // and an allocate() has succeeded
   std::uint64_t phase_ = 0;
   int failed_peer_ = -1;
   std::optional<transport::AbortNotice> cause_;

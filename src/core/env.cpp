@@ -140,6 +140,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_TRANSPORT",
       "KIZUNA_SHM_BYTES",
       "KIZUNA_SYMMETRIC_FROM",
+      "KIZUNA_MAILBOX_UPTO",
       "KIZUNA_TCP_CONGESTION",
       "KIZUNA_SPIN_US",
       "KIZUNA_YIELD_US",
@@ -221,6 +222,15 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
       if (bytes > (1ull << 62))
         KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SYMMETRIC_FROM='", *v, "' is out of range; accepted: auto or 0 .. 4E");
       env.symmetric_from = static_cast<std::int64_t>(bytes);
+    }
+  }
+  if (auto v = lookup("KIZUNA_MAILBOX_UPTO")) {
+    if (trim_lower(*v) != "auto") {
+      const std::uint64_t bytes = parse_size("KIZUNA_MAILBOX_UPTO", *v);
+      if (bytes > 1024)
+        KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_MAILBOX_UPTO='", *v,
+                     "' is out of range; accepted: auto or 0 .. 1K (0: no mailboxes)");
+      env.mailbox_upto = static_cast<std::int64_t>(bytes);
     }
   }
   if (auto v = lookup("KIZUNA_TCP_CONGESTION")) {

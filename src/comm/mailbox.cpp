@@ -1,0 +1,227 @@
+#include "comm/mailbox.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <thread>
+
+#include "algo/schedule.hpp"
+#include "core/check.hpp"
+#include "core/reduce.hpp"
+#include "core/spin_lock.hpp"
+#include "transport/shm/futex.hpp"
+
+namespace kizuna::comm {
+
+// What a peer waiting for this rank reads besides its mailboxes: the call
+// it announced on another path, and its doorbell (each on its own line:
+// the first is written per call, the second read per call by every peer).
+struct Mailbox::Status {
+  alignas(64) std::atomic<std::uint64_t> announced;  // seq + 1 of the call; 0: none yet
+  std::atomic<std::uint64_t> count;
+  std::atomic<std::uint32_t> what;  // an algo::Collective
+  alignas(64) std::atomic<std::uint32_t> doorbell;
+  std::atomic<std::uint32_t> sleeping;
+};
+
+struct Mailbox::Box {
+  alignas(64) std::atomic<std::uint64_t> m;  // the mailbox call it holds; published last
+  std::uint64_t seq;
+  std::uint64_t count;
+  std::uint8_t what;  // an algo::Collective: an all-reduce, or a barrier
+  std::uint8_t dtype;
+  std::uint8_t op;
+  std::uint8_t unused[5];
+  unsigned char payload[kCapacity];  // from byte 32: its first 32 bytes share m's line
+};
+
+
+namespace {
+
+constexpr int kClockEvery = 16;
+// While spinning, the core is offered this often, so that a peer sharing
+// it runs (as in the executor).
+constexpr auto kSpinYieldEvery = std::chrono::microseconds(5);
+// How long one sleep may last before the peer's connection and the
+// communicator's abort are looked at again.
+constexpr auto kNap = std::chrono::milliseconds(2);
+
+}  // namespace
+
+std::size_t Mailbox::region_bytes() {
+  static_assert(offsetof(Box, payload) == 32);
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+  return sizeof(Status) + 2 * sizeof(Box);
+}
+
+Mailbox::Mailbox(MailboxSetup setup) : setup_(std::move(setup)) {
+  KIZUNA_CHECK(static_cast<int>(setup_.regions.size()) == setup_.world, "mailbox: ", setup_.regions.size(),
+               " regions for ", setup_.world, " ranks");
+}
+
+Mailbox::Status& Mailbox::status(int rank) const {
+  return *reinterpret_cast<Status*>(setup_.regions[rank]);
+}
+
+Mailbox::Box& Mailbox::box(int rank, std::uint64_t m) const {
+  return reinterpret_cast<Box*>(setup_.regions[rank] + sizeof(Status))[m % 2];
+}
+
+void Mailbox::announce(std::uint64_t seq, std::uint32_t what, std::uint64_t count) {
+  Status& mine = status(setup_.rank);
+  mine.what.store(what, std::memory_order_relaxed);
+  mine.count.store(count, std::memory_order_relaxed);
+  mine.announced.store(seq + 1, std::memory_order_release);
+}
+
+bool Mailbox::arrived(int peer, const Call& call, const RunLabel& label) const {
+  const Box& b = box(peer, m_);
+  const std::uint64_t m = b.m.load(std::memory_order_acquire);
+  if (m == m_) {
+    if (b.seq != call.seq || b.what != static_cast<std::uint8_t>(call.what) || b.count != call.count ||
+        b.dtype != static_cast<std::uint8_t>(call.dtype) || b.op != static_cast<std::uint8_t>(call.op))
+      KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", peer, " is in call #", b.seq, " (",
+                   algo::name(static_cast<algo::Collective>(b.what)), " of ", b.count, " ",
+                   name(static_cast<DataType>(b.dtype)), ", ", name(static_cast<ReduceOp>(b.op)),
+                   ") where this rank is in #", call.seq, " (", algo::name(call.what), " of ", call.count, " ",
+                   name(call.dtype), ", ", name(call.op), ")");
+    return true;
+  }
+  if (m > m_)
+    KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", peer, " has made ", m,
+                 " calls through the mailboxes where this rank has made ", m_,
+                 " (do the ranks set KIZUNA_MAILBOX_UPTO alike?)");
+  return false;
+}
+
+void Mailbox::check_peer(int peer, std::uint64_t seq, const RunLabel& label) {
+  if (setup_.aborted && setup_.aborted->load(std::memory_order_relaxed))
+    KIZUNA_THROW(ErrorCode::Aborted, label.str(), ": the communicator was aborted");
+  // Another path for this call is a Mismatch, named by what it announced.
+  const Status& s = status(peer);
+  if (s.announced.load(std::memory_order_acquire) == seq + 1) {
+    const auto what = static_cast<algo::Collective>(s.what.load(std::memory_order_relaxed));
+    KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", peer, " is in call #", seq, " as ",
+                 algo::name(what), " of ", s.count.load(std::memory_order_relaxed),
+                 " elements, not through the mailboxes (another collective or size, or KIZUNA_MAILBOX_UPTO set "
+                 "differently)");
+  }
+  transport::Link* link = setup_.links.at(peer);
+  if (link == nullptr || !link->peer_closed()) return;
+  failed_peer_ = peer;
+  if (const transport::AbortNotice* notice = link->received_abort()) {
+    cause_ = *notice;
+    throw Error(notice->code, "rank " + std::to_string(notice->origin) + " failed: " + notice->message);
+  }
+  KIZUNA_THROW(ErrorCode::PeerLost, "rank ", peer, " is gone (its connection closed) in ", label.str());
+}
+
+void Mailbox::sleep_on_doorbell(int peer, const Call& call, Clock::time_point until, const RunLabel& label) {
+  Status& me = status(setup_.rank);
+  // Announced, fenced, then a last look: either the peer sees this rank
+  // asleep and rings, or this rank sees its mailbox (see run()).
+  me.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const std::uint32_t bell = me.doorbell.load(std::memory_order_acquire);
+  if (!arrived(peer, call, label)) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - Clock::now());
+    if (left.count() > 0) transport::futex_wait(&me.doorbell, bell, left);
+  }
+  me.sleeping.store(0, std::memory_order_relaxed);
+}
+
+void Mailbox::fold(const Call& call) const {
+  const int world = setup_.world;
+  if (call.count == 0) return;  // a barrier
+  core::reduce_into(call.output, box(0, m_).payload, box(1, m_).payload, call.count, call.dtype, call.op);
+  for (int r = 2; r < world; ++r) core::reduce(call.output, box(r, m_).payload, call.count, call.dtype, call.op);
+}
+
+bool Mailbox::run(const Call& call, Clock::time_point deadline, const RunLabel& label, Clock::duration patience) {
+  const int rank = setup_.rank, world = setup_.world;
+  if (!posted_) {
+    const std::size_t bytes = call.count * size_of(call.dtype);
+    KIZUNA_CHECK(bytes <= kCapacity, "mailbox: ", bytes, " bytes do not fit in ", kCapacity);
+    ++m_;
+    Box& mine = box(rank, m_);
+    mine.seq = call.seq;
+    mine.count = call.count;
+    mine.what = static_cast<std::uint8_t>(call.what);
+    mine.dtype = static_cast<std::uint8_t>(call.dtype);
+    mine.op = static_cast<std::uint8_t>(call.op);
+    if (bytes > 0) std::memcpy(mine.payload, call.input, bytes);
+    mine.m.store(m_, std::memory_order_release);
+    posted_ = true;
+    next_peer_ = 0;
+    failed_peer_ = -1;
+    cause_.reset();
+    // Pairs with the sleeper's fence: either it sees the mailbox, or this
+    // rank sees it asleep and rings.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (int r = 0; r < world; ++r) {
+      if (r == rank) continue;
+      Status& s = status(r);
+      if (s.sleeping.load(std::memory_order_relaxed)) {
+        s.doorbell.fetch_add(1, std::memory_order_relaxed);
+        transport::futex_wake_all(&s.doorbell);
+      }
+    }
+  }
+  for (; next_peer_ < world; ++next_peer_) {
+    const int peer = next_peer_;
+    if (peer == rank || arrived(peer, call, label)) continue;
+    // A peer that is there answers within the first rounds: most calls
+    // never look at the clock.
+    Clock::time_point start, spin_until, yield_until, next_yield;
+    bool announced = false;
+    for (int idle = 1; !arrived(peer, call, label); ++idle) {
+      if (idle % kClockEvery != 0) {
+        core::cpu_relax();
+        continue;
+      }
+      const Clock::time_point now = Clock::now();
+      if (idle == kClockEvery) {
+        start = now;
+        spin_until = now + setup_.spin;
+        yield_until = spin_until + setup_.yield;
+        next_yield = now + kSpinYieldEvery;
+        if (setup_.live) setup_.live->awaiting.store(peer, std::memory_order_relaxed);
+      }
+      if (now >= deadline)
+        KIZUNA_THROW(ErrorCode::Timeout, "timed out after ",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
+                     " ms waiting for rank ", peer, " in ", label.str());
+      // A caller that must not be held leaves the rest to a later run().
+      if (patience != Executor::kHoldOn && now - start >= patience) return false;
+      if (idle % (kClockEvery * 64) == 0) check_peer(peer, call.seq, label);
+      if (now < spin_until) {
+        if (now >= next_yield) {
+          std::this_thread::yield();
+          next_yield = now + kSpinYieldEvery;
+        }
+        continue;
+      }
+      if (now < yield_until || patience != Executor::kHoldOn) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (setup_.live && !announced) {  // for the stuck-rank report
+        setup_.live->waiting_since_us.store(
+            std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
+            std::memory_order_relaxed);
+        announced = true;
+      }
+      check_peer(peer, call.seq, label);
+      sleep_on_doorbell(peer, call, std::min(deadline, now + kNap), label);
+    }
+    if (setup_.live) {
+      setup_.live->awaiting.store(-1, std::memory_order_relaxed);
+      setup_.live->waiting_since_us.store(0, std::memory_order_relaxed);
+    }
+  }
+  fold(call);
+  posted_ = false;
+  return true;
+}
+
+}  // namespace kizuna::comm
