@@ -934,7 +934,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // cost model, runs through the mailboxes: what every rank decides alike
   // from the call.
   bool takes_mailbox(const Task& t) const {
-    if (!mailbox || algo_override != Algorithm::Auto) return false;
+    if (!mailbox || mailbox_upto == 0 || algo_override != Algorithm::Auto) return false;
     if (t.collective == Collective::Barrier) return true;
     return t.collective == Collective::AllReduce && !t.symmetric && t.count * size_of(t.dtype) <= mailbox_upto;
   }
@@ -1242,7 +1242,10 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     impl->mailbox_upto = options.mailbox_upto ? *options.mailbox_upto
                          : env.mailbox_upto >= 0 ? static_cast<std::size_t>(env.mailbox_upto)
                                                  : comm::Mailbox::capacity();
-    if (impl->mailbox_upto > 0) {
+    // Allocated whatever mailbox_upto is: an allocation is collective, and
+    // ranks that set it differently must still meet (their calls then
+    // fail with Mismatch, not their creation with Timeout).
+    {
       std::vector<unsigned char*> parts = impl->symmetric->allocate_internal(
           comm::Mailbox::region_bytes(), Clock::now() + setup, impl->mailbox_memory);
       if (!parts.empty()) {

@@ -87,6 +87,25 @@ class SumThenScaleHook : public CommHook {
   }
 };
 
+// The built-in all-reduce, whose finish() fails once: the first
+// iteration fails on every rank after every collective has run.
+class FailFirstFinishHook : public CommHook {
+ public:
+  std::string name() const override { return "fail_first_finish"; }
+  Work launch(Communicator& comm, Bucket& bucket) override { return inner_->launch(comm, bucket); }
+  void finish(Bucket& bucket) override {
+    if (!failed_) {
+      failed_ = true;
+      throw Error(ErrorCode::InvalidArgument, "the test's hook fails its first finish");
+    }
+    inner_->finish(bucket);
+  }
+
+ private:
+  std::shared_ptr<CommHook> inner_ = CommHook::allreduce();
+  bool failed_ = false;
+};
+
 }  // namespace
 
 TEST_CASE("every rank ends with the mean of the ranks' gradients", "[ddp][reducer]") {
@@ -492,6 +511,48 @@ TEST_CASE("rebuild: after the first iteration buckets follow rank 0's ready orde
       CHECK(after[r][b].parameters == expected[b].parameters);
       CHECK(after[r][b].segments.size() == expected[b].segments.size());
     }
+  }
+}
+
+TEST_CASE("a failed first iteration is forgotten: buckets are rebuilt in rank 0's order of the one that succeeded",
+          "[ddp][reducer]") {
+  const int n = 2;
+  const Comms comms = ddp_comms(n);
+  const Model model = make_model(6, 16);
+  const auto failed_order = mark_order(MarkOrder::Shuffled, model.views.size(), 0, 0);
+  const auto good_order = mark_order(MarkOrder::Shuffled, model.views.size(), 0, 1);
+  REQUIRE(failed_order != good_order);
+  std::vector<std::vector<BucketSpec>> after(n);
+  const auto results = on_ranks(n, [&](int r) -> std::string {
+    ReducerOptions o = small_buckets();
+    o.rebuild_buckets = true;
+    o.comm_hook = std::make_shared<FailFirstFinishHook>();
+    std::vector<std::byte> params(model.bytes), grads(model.bytes);
+    Reducer reducer(comms[r], params.data(), grads.data(), model.bytes, model.views, o);
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      fill_grads(model, grads, r, attempt);
+      for (std::size_t p : mark_order(MarkOrder::Shuffled, model.views.size(), r, attempt)) reducer.mark_ready(p);
+      if (attempt == 1) {
+        reducer.finalize();
+        break;
+      }
+      try {
+        reducer.finalize();
+        return "the first finalize did not fail";
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::InvalidArgument) return std::string("the first finalize failed with ") + e.what();
+      }
+    }
+    after[r] = reducer.buckets();
+    if (!reducer.buckets_rebuilt()) return "the buckets were not rebuilt";
+    return check_mean(model, grads, r, n, 1, Compression::None);
+  });
+  for (const auto& e : results) CHECK(e == "");
+  const auto expected = assign_buckets(model.views, good_order, 2000, 9000);
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    REQUIRE(after[r].size() == expected.size());
+    for (std::size_t b = 0; b < expected.size(); ++b) CHECK(after[r][b].parameters == expected[b].parameters);
   }
 }
 
