@@ -479,6 +479,82 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     return Work(task->work);
   }
 
+  // A small all-reduce or a barrier through the mailboxes, in try_direct's
+  // case (a caller that waits at once, nothing queued or running), without
+  // a Task or the executor's dispatch: those cost a third of such a call
+  // (measured, 2 ranks, 16 B: 0.65 us through try_direct, 0.42 straight
+  // to the mailbox). A peer not there within kInlineGrace leaves the call
+  // queued, posted, for the caller's wait or the worker to finish.
+  std::optional<Work> try_mailbox(Collective c, const void* input, void* output, std::size_t count, DataType dtype,
+                                  ReduceOp op) {
+    if (!mailbox || mailbox_upto == 0 || check || algo_override != Algorithm::Auto || broken.load()) return std::nullopt;
+    const std::size_t bytes = count * size_of(dtype);
+    if (c == Collective::AllReduce && (bytes > mailbox_upto || (symmetric->any() && bytes >= symmetric_from)))
+      return std::nullopt;  // too large, or maybe on symmetric memory: the full path decides
+    if (holding_exec == this) return std::nullopt;
+    std::unique_lock exec = take_exec_briefly();
+    if (!exec) return std::nullopt;
+    const HoldingExec holding(this);
+    const Clock::time_point queued_at = core::coarse_now();
+    std::uint64_t seq = 0, id = 0;
+    {
+      std::lock_guard lock(queue_mutex);
+      if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
+      seq = next_seq++;
+      id = history.queued(seq, algo::name(c), dtype, count, -1);
+      last_enqueue = queued_at;
+    }
+    comm::RunLabel l;
+    l.rank = rank;
+    l.comm = &name;
+    l.what = algo::name(c);
+    l.seq = seq;
+    l.algorithm = "mailbox";
+    history.started(id, "mailbox", 1);
+    live.seq.store(seq, std::memory_order_relaxed);
+    live.step.store(0, std::memory_order_relaxed);
+    live.steps.store(1, std::memory_order_relaxed);
+    const Clock::time_point deadline = queued_at + timeout;
+    try {
+      if (mailbox->run({c, input, output, count, dtype, op, seq}, deadline, l, kInlineGrace)) {
+        if (c == Collective::AllReduce && op == ReduceOp::Avg) core::scale(output, count, dtype, world);
+        history.ended(id, true);
+        return Work();
+      }
+    } catch (const Error& raw) {
+      const Error e = raw.code() == ErrorCode::Timeout ? explain_timeout(raw, seq) : raw;
+      fail(e);
+      history.ended(id, false);
+      auto work = std::make_shared<detail::WorkState>();
+      work->finish(std::make_exception_ptr(e));
+      return Work(work);
+    }
+    auto task = std::make_shared<Task>();
+    task->collective = c;
+    task->input = input;
+    task->output = output;
+    task->count = count;
+    task->dtype = dtype;
+    task->op = op;
+    task->seq = seq;
+    task->history_id = id;
+    task->queued_at = Clock::now();  // the worker's grace, and run_inline's, start now
+    task->mailbox = true;
+    task->running = true;
+    task->deadline = deadline;
+    task->label = l;
+    make_work(task);
+    bool wake = false;
+    {
+      std::lock_guard lock(queue_mutex);
+      queue.push_front(task);  // calls queued meanwhile came after it
+      wake = worker_asleep;
+    }
+    exec.unlock();
+    if (wake) queue_cv.notify_one();
+    return Work(task->work);
+  }
+
   // A device collective, GPU to GPU: launched on the caller's stream at
   // once, in call order, outside the queue (the host's calls and these use
   // different channels). The Work finishes when the stream has run it.
@@ -1288,6 +1364,8 @@ Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, D
   check_size(count, dtype, 1, "all_reduce");
   check_buffer(send, count, "send buffer", "all_reduce");
   check_buffer(recv, count, "receive buffer", "all_reduce");
+  if (std::optional<Work> done = impl_->try_mailbox(Collective::AllReduce, send, recv, count, dtype, op))
+    return *std::move(done);
   Task t;
   t.collective = Collective::AllReduce;
   t.input = send;
@@ -1365,6 +1443,9 @@ Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
 }
 
 Work Communicator::barrier() {
+  if (std::optional<Work> done =
+          impl_->try_mailbox(Collective::Barrier, nullptr, nullptr, 0, DataType::UInt8, ReduceOp::Sum))
+    return *std::move(done);
   Task t;
   t.collective = Collective::Barrier;
   t.dtype = DataType::UInt8;
