@@ -9,9 +9,7 @@
 // the owner is in (`call`), and a doorbell the owner sleeps on. Each field
 // another process writes or polls is on its own cache line.
 //
-// create() reserves every page (posix_fallocate, so a small /dev/shm is a
-// clear SystemError now, not a SIGBUS later) and touches it (so that no
-// page fault lands inside a collective). map() opens a peer's region and
+// create() reserves and touches every page (shared_file.hpp). map() opens a peer's region and
 // checks its header against what the caller expects: magic, version,
 // communicator, owner, allocation number and size. unlink() drops the name
 // once every peer has mapped it; the memory lives while any process maps it.
@@ -21,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "transport/shm/shared_file.hpp"
 
 namespace kizuna::transport::shm {
 
@@ -61,30 +61,22 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 class Region {
  public:
   Region() = default;
-  ~Region();
-  Region(Region&& other) noexcept;
-  Region& operator=(Region&& other) noexcept;
-  Region(const Region&) = delete;
-  Region& operator=(const Region&) = delete;
 
   static Region create(const std::string& name, std::uint64_t bytes, std::uint64_t comm_id, int owner,
                        std::uint64_t number);
   static Region map(const std::string& name, std::uint64_t bytes, std::uint64_t comm_id, int owner,
                     std::uint64_t number);
-  void unlink();
+  void unlink() { file_.unlink(); }
 
-  RegionHeader* header() const { return reinterpret_cast<RegionHeader*>(base_); }
-  unsigned char* data() const { return base_ + kRegionHeaderBytes; }
-  std::uint64_t bytes() const { return mapped_ - kRegionHeaderBytes; }
-  const std::string& name() const { return name_; }
+  RegionHeader* header() const { return reinterpret_cast<RegionHeader*>(file_.data()); }
+  unsigned char* data() const { return file_.data() + kRegionHeaderBytes; }
+  std::uint64_t bytes() const { return file_.bytes() - kRegionHeaderBytes; }
+  const std::string& name() const { return file_.name(); }
 
  private:
-  void release() noexcept;
+  explicit Region(SharedFile file) : file_(std::move(file)) {}
 
-  unsigned char* base_ = nullptr;
-  std::size_t mapped_ = 0;
-  std::string name_;
-  bool linked_ = false;
+  SharedFile file_;
 };
 
 }  // namespace kizuna::transport::shm

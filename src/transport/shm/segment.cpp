@@ -10,7 +10,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <new>
 
@@ -18,61 +17,17 @@
 
 namespace kizuna::transport::shm {
 
-Segment::~Segment() {
-  if (base_) ::munmap(base_, bytes_);
-  if (linked_) ::shm_unlink(name_.c_str());
-}
-
-Segment::Segment(Segment&& o) noexcept { *this = std::move(o); }
-
-Segment& Segment::operator=(Segment&& o) noexcept {
-  if (this != &o) {
-    if (base_) ::munmap(base_, bytes_);
-    if (linked_) ::shm_unlink(name_.c_str());
-    base_ = o.base_;
-    bytes_ = o.bytes_;
-    geometry_ = o.geometry_;
-    name_ = std::move(o.name_);
-    linked_ = o.linked_;
-    o.base_ = nullptr;
-    o.linked_ = false;
-  }
-  return *this;
-}
-
 Segment Segment::create(const std::string& name, const Geometry& g, std::uint64_t comm_id, int owner) {
   KIZUNA_CHECK_ARG(g.valid(), "shared memory ", name, ": ", g.channels, " channels of ", g.slots,
                    " slots of ", g.slot_bytes, " bytes (slots must be a power of two)");
   Segment s;
-  s.name_ = name;
   s.geometry_ = g;
-  s.bytes_ = g.total_bytes();
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0)
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot create shared memory ", name, ": ", std::strerror(errno));
-  s.linked_ = true;
-  // Reserve every page now: a /dev/shm too small for us is an error here,
-  // not a SIGBUS in the middle of a collective.
-  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(s.bytes_));
-  if (rc != 0) {
-    ::close(fd);
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot reserve ", s.bytes_ >> 10, " KiB of shared memory for ",
-                 name, ": ", std::strerror(rc), " (is /dev/shm too small? free: ",
-                 shm_free_bytes() >> 20, " MiB)");
-  }
-  void* p = ::mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED)
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot map shared memory ", name, ": ", std::strerror(errno));
-  s.base_ = static_cast<unsigned char*>(p);
-  // Write every page once now (it is all zero already): the first access
-  // to a page from a process costs a fault, 20-40 us on this project's
-  // virtual machines even with the page tables populated (the hypervisor
-  // fills its own tables lazily), and it would otherwise land in the middle
-  // of a collective: the first 16 small all-reduces of a job, one per slot,
-  // took 20-40 us instead of 1. Peers warm what they write (ShmLink).
-  std::memset(p, 0, s.bytes_);
-  auto* h = new (s.base_) SegmentHeader{};
+  // Every page reserved and written once (shared_file.hpp): a first touch
+  // inside a collective made the first 16 small all-reduces of a job, one
+  // per slot, take 20-40 us instead of 1. Peers warm what they write
+  // (ShmLink).
+  s.file_ = SharedFile::create(name, g.total_bytes());
+  auto* h = new (s.file_.data()) SegmentHeader{};
   h->version = kSegmentVersion;
   h->channels = g.channels;
   h->slot_bytes = g.slot_bytes;
@@ -91,24 +46,9 @@ Segment Segment::create(const std::string& name, const Geometry& g, std::uint64_
 
 Segment Segment::map(const std::string& name, std::uint64_t comm_id, int owner, std::uint32_t channels) {
   Segment s;
-  s.name_ = name;
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0)
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot open rank ", owner, "'s shared memory ", name, ": ",
-                 std::strerror(errno));
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (static_cast<std::size_t>(st.st_size) < sizeof(SegmentHeader)) {
-    ::close(fd);
+  s.file_ = SharedFile::open(name, owner, 0, false);
+  if (s.file_.bytes() < sizeof(SegmentHeader))
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " is too small");
-  }
-  s.bytes_ = static_cast<std::size_t>(st.st_size);
-  void* p = ::mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED)
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot map rank ", owner, "'s shared memory ", name, ": ",
-                 std::strerror(errno));
-  s.base_ = static_cast<unsigned char*>(p);
   const SegmentHeader* h = s.header();
   if (h->magic != kSegmentMagic || h->version != kSegmentVersion || h->comm_id != comm_id ||
       h->owner_rank != static_cast<std::uint32_t>(owner))
@@ -127,14 +67,9 @@ Segment Segment::map(const std::string& name, std::uint64_t comm_id, int owner, 
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " declares ", s.geometry_.slots,
                  " slots of ", s.geometry_.slot_bytes, " bytes, more than a channel may hold (",
                  kMaxChannelBytes >> 20, " MiB)");
-  if (s.geometry_.total_bytes() > s.bytes_)
+  if (s.geometry_.total_bytes() > s.file_.bytes())
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", owner, "'s shared memory ", name, " is truncated");
   return s;
-}
-
-void Segment::unlink() {
-  if (linked_) ::shm_unlink(name_.c_str());
-  linked_ = false;
 }
 
 std::string segment_name(int pid, std::uint64_t comm_id, int rank, std::chrono::system_clock::time_point deadline) {

@@ -17,39 +17,32 @@
 #include <vector>
 
 #include "transport/shm/layout.hpp"
+#include "transport/shm/shared_file.hpp"
 
 namespace kizuna::transport::shm {
 
 class Segment {
  public:
   Segment() = default;
-  ~Segment();
-  Segment(Segment&& other) noexcept;
-  Segment& operator=(Segment&& other) noexcept;
-  Segment(const Segment&) = delete;
-  Segment& operator=(const Segment&) = delete;
 
   static Segment create(const std::string& name, const Geometry& g, std::uint64_t comm_id, int owner);
   // `channels`: the ranks of the node, which the segment must have one
   // channel each for (this rank writes into its own).
   static Segment map(const std::string& name, std::uint64_t comm_id, int owner, std::uint32_t channels);
 
-  void unlink();
+  void unlink() { file_.unlink(); }
 
-  SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(base_); }
+  SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(file_.data()); }
   const Geometry& geometry() const { return geometry_; }
   ChannelControl* channel(std::uint32_t c) const {
-    return reinterpret_cast<ChannelControl*>(base_ + geometry_.channel_offset(c));
+    return reinterpret_cast<ChannelControl*>(file_.data() + geometry_.channel_offset(c));
   }
-  unsigned char* slot(std::uint32_t c, std::uint32_t s) const { return base_ + geometry_.slot_offset(c, s); }
-  const std::string& name() const { return name_; }
+  unsigned char* slot(std::uint32_t c, std::uint32_t s) const { return file_.data() + geometry_.slot_offset(c, s); }
+  const std::string& name() const { return file_.name(); }
 
  private:
-  unsigned char* base_ = nullptr;
-  std::size_t bytes_ = 0;
+  SharedFile file_;
   Geometry geometry_;
-  std::string name_;
-  bool linked_ = false;
 };
 
 // Bytes free in /dev/shm, or 0 when it cannot be told.

@@ -1,7 +1,7 @@
-// Shared memory: segments (create, map, refuse foreign ones, a /dev/shm too
-// small is an error, not a crash) and ShmLink between two segments of one
-// process, with a socket pair as the control connection; the doorbell's
-// sleep and ring.
+// Shared memory: shared files and segments (create, map, refuse foreign
+// ones, a /dev/shm too small is an error, not a crash) and ShmLink between
+// two segments of one process, with a socket pair as the control
+// connection; the doorbell's sleep and ring.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -22,6 +22,7 @@
 #include <tuple>
 
 #include "core/asymmetric_fence.hpp"
+#include "transport/shm/shared_file.hpp"
 #include "transport/shm/shm_link.hpp"
 #include "transport/tcp/tcp_link.hpp"
 
@@ -83,6 +84,26 @@ TEST_CASE("a segment is mapped by its peers and unlinked without harm", "[shm]")
   // still usable through both mappings
   s.channel(1)->tail.store(5);
   CHECK(m.channel(1)->tail.load() == 5);
+}
+
+TEST_CASE("SharedFile: created, opened at its size, refused at another, unlinked by name", "[shm]") {
+  SharedFile f = SharedFile::create(unique_name("sf"), 3 * 4096);
+  const std::string path = "/dev/shm" + f.name();
+  CHECK(std::filesystem::exists(path));
+  f.data()[4096] = 7;
+  SharedFile g = SharedFile::open(f.name(), 3, 3 * 4096, true);
+  CHECK(g.bytes() == 3 * 4096);
+  CHECK(g.data()[4096] == 7);
+  CHECK(SharedFile::open(f.name(), 3, 0, false).bytes() == 3 * 4096);
+  CHECK_THROWS_WITH(SharedFile::open(f.name(), 3, 2 * 4096, false),
+                    Catch::Contains("rank 3's shared memory") && Catch::Contains("holds 12288 bytes where 8192"));
+  f.unlink();
+  CHECK_FALSE(std::filesystem::exists(path));
+  g.data()[0] = 1;  // the memory lives on while mapped
+  CHECK(f.data()[0] == 1);
+  SharedFile moved = std::move(f);
+  CHECK(moved.data()[4096] == 7);
+  CHECK(f.data() == nullptr);
 }
 
 TEST_CASE("a foreign or stale segment is refused", "[shm]") {
