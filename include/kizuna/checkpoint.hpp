@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace kizuna {
@@ -93,7 +94,8 @@ class Checkpoint {
   };
   const Entry& find(const std::string& name) const;
 
-  std::vector<Entry> entries_;
+  std::vector<Entry> entries_;                           // in the order put
+  std::unordered_map<std::string, std::size_t> index_;  // name -> entries_ position
 };
 
 }  // namespace kizuna

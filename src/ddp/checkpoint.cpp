@@ -75,17 +75,15 @@ void Checkpoint::put(const std::string& name, const void* data, std::size_t coun
   e.count = count;
   const auto* p = static_cast<const std::uint8_t*>(data);
   e.data.assign(p, p + count * size_of(dtype));
-  for (auto& existing : entries_)
-    if (existing.name == name) {
-      existing = std::move(e);
-      return;
-    }
+  if (auto it = index_.find(name); it != index_.end()) {
+    entries_[it->second] = std::move(e);
+    return;
+  }
+  index_.emplace(name, entries_.size());
   entries_.push_back(std::move(e));
 }
 
-bool Checkpoint::contains(const std::string& name) const {
-  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.name == name; });
-}
+bool Checkpoint::contains(const std::string& name) const { return index_.count(name) != 0; }
 
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
@@ -94,8 +92,7 @@ std::vector<std::string> Checkpoint::names() const {
 }
 
 const Checkpoint::Entry& Checkpoint::find(const std::string& name) const {
-  for (const auto& e : entries_)
-    if (e.name == name) return e;
+  if (auto it = index_.find(name); it != index_.end()) return entries_[it->second];
   KIZUNA_THROW(ErrorCode::InvalidArgument, "checkpoint has no entry '", name, "' (",
                entries_.size(), " entries)");
 }
@@ -119,6 +116,11 @@ template <typename Entries>
 void emit_file(const Entries& entries, const Sink& sink) {
   std::uint64_t payload = 0;
   for (const auto& e : entries) payload += kMinEntryBytes + e.name.size() + e.data.size();
+  // What deserialize() refuses is refused here, before a byte is written.
+  KIZUNA_CHECK_ARG(entries.size() <= UINT32_MAX, "checkpoint: ", entries.size(), " entries, more than a file holds (",
+                   UINT32_MAX, ")");
+  KIZUNA_CHECK_ARG(payload <= kMaxFileBytes, "checkpoint: ", payload, " bytes of entries, more than a file holds (",
+                   kMaxFileBytes, ")");
   ddp::Crc32c crc;
   auto out = [&](const void* p, std::size_t n) {
     crc.update(p, n);
@@ -212,7 +214,7 @@ Checkpoint Checkpoint::deserialize(const std::vector<std::uint8_t>& bytes, const
     e.count = count;
     e.data.assign(p + at, p + at + count * size_of(dtype));
     at += e.data.size();
-    if (out.contains(e.name)) corrupt("entry '", e.name, "' appears twice");
+    if (!out.index_.emplace(e.name, out.entries_.size()).second) corrupt("entry '", e.name, "' appears twice");
     out.entries_.push_back(std::move(e));
   }
   if (at != end) corrupt(end - at, " bytes after the last entry");

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -131,6 +132,37 @@ TEST_CASE("checkpoint round trip in memory and through a file", "[ddp][checkpoin
   d.put_int("step", 99);
   CHECK(d.get_int("step") == 99);
   CHECK(d.names().size() == 5);
+}
+
+TEST_CASE("a checkpoint of many entries keeps their order, replaces in place, and refuses a name twice in a file",
+          "[ddp][checkpoint]") {
+  Checkpoint c;
+  const int n = 20'000;
+  for (int i = 0; i < n; ++i) c.put_int("entry/" + std::to_string(i), i);
+  for (int i = 0; i < n; i += 1000) c.put_int("entry/" + std::to_string(i), -i);
+  const Checkpoint back = Checkpoint::deserialize(c.serialize(), "test");
+  const std::vector<std::string> names = back.names();
+  REQUIRE(names.size() == static_cast<std::size_t>(n));
+  int wrong = 0;
+  for (int i = 0; i < n; ++i) {
+    if (names[i] != "entry/" + std::to_string(i)) ++wrong;
+    if (back.get_int(names[i]) != (i % 1000 == 0 ? -i : i)) ++wrong;
+  }
+  CHECK(wrong == 0);
+  CHECK_FALSE(back.contains("entry/20000"));
+
+  // Two entries, "a" then "b", the second renamed "a" (the CRC fixed up).
+  Checkpoint two;
+  two.put_int("a", 1);
+  two.put_int("b", 2);
+  std::vector<std::uint8_t> bytes = two.serialize();
+  const auto b = std::find(bytes.begin() + 24, bytes.end() - 4, std::uint8_t{'b'});
+  REQUIRE(b != bytes.end() - 4);
+  *b = 'a';
+  ddp::Crc32c crc;
+  crc.update(bytes.data(), bytes.size() - 4);
+  for (int k = 0; k < 4; ++k) bytes[bytes.size() - 4 + k] = static_cast<std::uint8_t>(crc.value() >> (8 * k));
+  CHECK_THAT(error_text(bytes), Catch::Contains("entry 'a' appears twice"));
 }
 
 TEST_CASE("checkpoint get() checks name, dtype and count", "[ddp][checkpoint]") {
