@@ -347,9 +347,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     if (!exec || broken.load()) return;
     for (auto& link : links) {
       if (!link || !link->peer_closed()) continue;
-      const Error e(ErrorCode::PeerLost, "rank " + std::to_string(link->peer()) + " of " + name +
-                                             " is gone (its connection closed) while device collectives were in "
-                                             "flight on rank " + std::to_string(rank));
+      const Error e(ErrorCode::PeerLost, "lost rank " + std::to_string(link->peer()) + " of " + name +
+                                             ": its connection closed while device collectives were in flight "
+                                             "on rank " + std::to_string(rank));
       {
         std::lock_guard lock(error_mutex);
         if (broken.exchange(true)) return;

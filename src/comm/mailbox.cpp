@@ -113,7 +113,7 @@ void Mailbox::check_peer(int peer, std::uint64_t seq, const RunLabel& label) {
     cause_ = *notice;
     throw Error(notice->code, "rank " + std::to_string(notice->origin) + " failed: " + notice->message);
   }
-  KIZUNA_THROW(ErrorCode::PeerLost, "rank ", peer, " is gone (its connection closed) in ", label.str());
+  KIZUNA_THROW(ErrorCode::PeerLost, "lost rank ", peer, ": its connection closed in ", label.str());
 }
 
 void Mailbox::sleep_on_doorbell(int peer, const Call& call, Clock::time_point until, const RunLabel& label) {

@@ -235,7 +235,7 @@ void SymmetricMemory::check_peer(int peer, std::uint64_t phase, const RunLabel& 
     failed_peer_ = -1;
     return;
   }
-  KIZUNA_THROW(ErrorCode::PeerLost, "rank ", peer, " is gone (its connection closed) in ", label.str());
+  KIZUNA_THROW(ErrorCode::PeerLost, "lost rank ", peer, ": its connection closed in ", label.str());
 }
 
 void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadline, const RunLabel& label) {
