@@ -466,13 +466,20 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       last_enqueue = t.queued_at;
     }
     if (run_task(t, kInlineGrace)) return t.work ? Work(t.work) : Work();
+    return queue_part_run(std::move(t), exec);
+  }
+
+  // A direct call left part-run after kInlineGrace: queued first (calls
+  // queued meanwhile came after it), for its caller's wait or the worker
+  // to finish. Releases `exec`.
+  Work queue_part_run(Task t, std::unique_lock<std::mutex>& exec) {
     auto task = std::make_shared<Task>(std::move(t));
     task->queued_at = Clock::now();  // the worker's grace, and run_inline's, start now
     make_work(task);
     bool wake = false;
     {
       std::lock_guard lock(queue_mutex);
-      queue.push_front(task);  // calls queued meanwhile came after it
+      queue.push_front(task);
       wake = worker_asleep;
     }
     exec.unlock();
@@ -511,9 +518,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     l.seq = seq;
     l.algorithm = "mailbox";
     history.started(id, "mailbox", 1);
-    live.seq.store(seq, std::memory_order_relaxed);
-    live.step.store(0, std::memory_order_relaxed);
-    live.steps.store(1, std::memory_order_relaxed);
+    live.begin(seq, 1);
     const Clock::time_point deadline = queued_at + timeout;
     try {
       if (mailbox->run({c, input, output, count, dtype, op, seq}, deadline, l, kInlineGrace)) {
@@ -529,30 +534,20 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       work->finish(std::make_exception_ptr(e));
       return Work(work);
     }
-    auto task = std::make_shared<Task>();
-    task->collective = c;
-    task->input = input;
-    task->output = output;
-    task->count = count;
-    task->dtype = dtype;
-    task->op = op;
-    task->seq = seq;
-    task->history_id = id;
-    task->queued_at = Clock::now();  // the worker's grace, and run_inline's, start now
-    task->mailbox = true;
-    task->running = true;
-    task->deadline = deadline;
-    task->label = l;
-    make_work(task);
-    bool wake = false;
-    {
-      std::lock_guard lock(queue_mutex);
-      queue.push_front(task);  // calls queued meanwhile came after it
-      wake = worker_asleep;
-    }
-    exec.unlock();
-    if (wake) queue_cv.notify_one();
-    return Work(task->work);
+    Task t;
+    t.collective = c;
+    t.input = input;
+    t.output = output;
+    t.count = count;
+    t.dtype = dtype;
+    t.op = op;
+    t.seq = seq;
+    t.history_id = id;
+    t.mailbox = true;
+    t.running = true;
+    t.deadline = deadline;
+    t.label = l;
+    return queue_part_run(std::move(t), exec);
   }
 
   // A device collective, GPU to GPU: launched on the caller's stream at
@@ -1023,9 +1018,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       t.label.algorithm = "mailbox";
       if (check) verify_fingerprints(t, t.deadline, t.label);
       history.started(t.history_id, "mailbox", 1);
-      live.seq.store(t.seq, std::memory_order_relaxed);
-      live.step.store(0, std::memory_order_relaxed);
-      live.steps.store(1, std::memory_order_relaxed);
+      live.begin(t.seq, 1);
       t.running = true;
     }
     if (!mailbox->run({t.collective, t.input, t.output, t.count, t.dtype, t.op, t.seq}, t.deadline, t.label, patience))
@@ -1290,17 +1283,15 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   // allowed (what every rank knows alike; a pair that fell back to TCP is
   // found when memory is allocated).
   if (impl->topology.nodes == 1 && impl->world > 1 && shared_memory) {
-    comm::SymmetricSetup sym;
-    sym.store = options.store.get();
-    sym.prefix = impl->name;
-    sym.rank = impl->rank;
-    sym.world = impl->world;
-    sym.comm_id = impl->topology.comm_id;
-    for (auto& link : impl->links) sym.links.push_back(link.get());
-    sym.spin = std::chrono::microseconds(spin_us);
-    sym.yield = std::chrono::microseconds(yield_us);
-    sym.aborted = &impl->broken;
-    sym.live = &impl->live;
+    comm::NodeWait wait;
+    wait.rank = impl->rank;
+    wait.world = impl->world;
+    for (auto& link : impl->links) wait.links.push_back(link.get());
+    wait.spin = std::chrono::microseconds(spin_us);
+    wait.yield = std::chrono::microseconds(yield_us);
+    wait.aborted = &impl->broken;
+    wait.live = &impl->live;
+    comm::SymmetricSetup sym{wait, options.store.get(), impl->name, impl->topology.comm_id};
     impl->symmetric = std::make_unique<comm::SymmetricMemory>(std::move(sym));
     // Below this the slots are as fast or faster: their one pass per
     // message against three meetings and a queued call. Measured, in-place
@@ -1325,16 +1316,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
       std::vector<unsigned char*> parts = impl->symmetric->allocate_internal(
           comm::Mailbox::region_bytes(), Clock::now() + setup, impl->mailbox_memory);
       if (!parts.empty()) {
-        comm::MailboxSetup box;
-        box.rank = impl->rank;
-        box.world = impl->world;
-        box.regions = std::move(parts);
-        for (auto& link : impl->links) box.links.push_back(link.get());
-        box.spin = std::chrono::microseconds(spin_us);
-        box.yield = std::chrono::microseconds(yield_us);
-        box.aborted = &impl->broken;
-        box.live = &impl->live;
-        impl->mailbox = std::make_unique<comm::Mailbox>(std::move(box));
+        impl->mailbox = std::make_unique<comm::Mailbox>(comm::MailboxSetup{wait, std::move(parts)});
       }
     }
   }

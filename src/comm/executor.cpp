@@ -182,9 +182,7 @@ bool Executor::wait_until(Done&& done, int awaiting) {
     // Nothing moves: sleep until a busy link can, or the deadline.
     if (patience_ != kHoldOn) return false;
     if (live_ && !announced) {
-      live_->waiting_since_us.store(
-          std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
-          std::memory_order_relaxed);
+      live_->asleep_since(now);
       announced = true;
     }
     fds.clear();

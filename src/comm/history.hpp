@@ -46,6 +46,23 @@ struct LiveProgress {
   std::atomic<std::uint32_t> steps{0};
   std::atomic<int> awaiting{-1};
   std::atomic<std::int64_t> waiting_since_us{0};  // steady clock, 0: not waiting
+
+  // Call `seq` begins, at step 1 of `count`.
+  void begin(std::uint64_t s, std::uint32_t count) {
+    seq.store(s, std::memory_order_relaxed);
+    step.store(0, std::memory_order_relaxed);
+    steps.store(count, std::memory_order_relaxed);
+  }
+  // The wait for `awaiting` has gone on long enough to sleep, from `now`.
+  void asleep_since(std::chrono::steady_clock::time_point now) {
+    waiting_since_us.store(std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
+                           std::memory_order_relaxed);
+  }
+  // Waiting for nobody.
+  void done_waiting() {
+    awaiting.store(-1, std::memory_order_relaxed);
+    waiting_since_us.store(0, std::memory_order_relaxed);
+  }
 };
 
 class History {

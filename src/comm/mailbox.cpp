@@ -111,7 +111,7 @@ void Mailbox::check_peer(int peer, std::uint64_t seq, const RunLabel& label) {
   failed_peer_ = peer;
   if (const transport::AbortNotice* notice = link->received_abort()) {
     cause_ = *notice;
-    throw Error(notice->code, "rank " + std::to_string(notice->origin) + " failed: " + notice->message);
+    throw transport::notice_error(*notice);
   }
   KIZUNA_THROW(ErrorCode::PeerLost, "lost rank ", peer, ": its connection closed in ", label.str());
 }
@@ -206,18 +206,13 @@ bool Mailbox::run(const Call& call, Clock::time_point deadline, const RunLabel& 
         continue;
       }
       if (setup_.live && !announced) {  // for the stuck-rank report
-        setup_.live->waiting_since_us.store(
-            std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
-            std::memory_order_relaxed);
+        setup_.live->asleep_since(now);
         announced = true;
       }
       check_peer(peer, call.seq, label);
       sleep_on_doorbell(peer, call, std::min(deadline, now + kNap), label);
     }
-    if (setup_.live) {
-      setup_.live->awaiting.store(-1, std::memory_order_relaxed);
-      setup_.live->waiting_since_us.store(0, std::memory_order_relaxed);
-    }
+    if (setup_.live) setup_.live->done_waiting();
   }
   fold(call);
   posted_ = false;

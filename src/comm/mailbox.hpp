@@ -44,18 +44,13 @@
 #include "algo/schedule.hpp"
 #include "comm/executor.hpp"
 #include "comm/history.hpp"
+#include "comm/node_wait.hpp"
 #include "transport/link.hpp"
 
 namespace kizuna::comm {
 
-struct MailboxSetup {
-  int rank = 0;
-  int world = 1;
+struct MailboxSetup : NodeWait {
   std::vector<unsigned char*> regions;  // by rank, region_bytes() each
-  std::vector<transport::Link*> links;  // by rank: whose death and notices to watch
-  std::chrono::microseconds spin{0}, yield{0};
-  const std::atomic<bool>* aborted = nullptr;  // the communicator's broken flag
-  LiveProgress* live = nullptr;
 };
 
 class Mailbox {

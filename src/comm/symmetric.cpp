@@ -227,7 +227,7 @@ void SymmetricMemory::check_peer(int peer, std::uint64_t phase, const RunLabel& 
   failed_peer_ = peer;
   if (const transport::AbortNotice* notice = link->received_abort()) {
     cause_ = *notice;
-    throw Error(notice->code, "rank " + std::to_string(notice->origin) + " failed: " + notice->message);
+    throw transport::notice_error(*notice);
   }
   // A peer that reached the meeting and then closed has left after its
   // last call: not a failure.
@@ -261,9 +261,7 @@ void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadli
         continue;
       }
       if (setup_.live && !announced) {  // for the stuck-rank report
-        setup_.live->waiting_since_us.store(
-            std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(),
-            std::memory_order_relaxed);
+        setup_.live->asleep_since(now);
         announced = true;
       }
       check_peer(peer, phase, label);
@@ -278,10 +276,7 @@ void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadli
       me->sleeping.store(0, std::memory_order_relaxed);
     }
   }
-  if (setup_.live) {
-    setup_.live->awaiting.store(-1, std::memory_order_relaxed);
-    setup_.live->waiting_since_us.store(0, std::memory_order_relaxed);
-  }
+  if (setup_.live) setup_.live->done_waiting();
 }
 
 void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
@@ -340,10 +335,7 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
     arrive(base + k);
     wait_for_all(base + k, deadline, label);
   };
-  if (setup_.live) {
-    setup_.live->seq.store(call.seq, std::memory_order_relaxed);
-    setup_.live->steps.store(3, std::memory_order_relaxed);
-  }
+  if (setup_.live) setup_.live->begin(call.seq, 3);
   // Meeting 1: every rank's input is ready, and its call known.
   meet(1);
   std::vector<const unsigned char*> inputs(world), outputs(world);

@@ -48,21 +48,16 @@
 
 #include "comm/executor.hpp"
 #include "comm/history.hpp"
+#include "comm/node_wait.hpp"
 #include "transport/link.hpp"
 #include "transport/shm/region.hpp"
 
 namespace kizuna::comm {
 
-struct SymmetricSetup {
+struct SymmetricSetup : NodeWait {
   Store* store = nullptr;
   std::string prefix;  // store keys go under prefix + "/symmetric/"
-  int rank = 0;
-  int world = 1;
   std::uint64_t comm_id = 0;
-  std::vector<transport::Link*> links;  // by rank: whose death and notices to watch
-  std::chrono::microseconds spin{0}, yield{0};
-  const std::atomic<bool>* aborted = nullptr;  // the communicator's broken flag
-  LiveProgress* live = nullptr;
 };
 
 class SymmetricMemory {

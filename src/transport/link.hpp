@@ -63,6 +63,11 @@ struct AbortNotice {
   std::string message;
 };
 
+// The error a notice stands for, as every rank that receives it raises it.
+inline Error notice_error(const AbortNotice& notice) {
+  return Error(notice.code, "rank " + std::to_string(notice.origin) + " failed: " + notice.message);
+}
+
 class Link {
  public:
   virtual ~Link() = default;

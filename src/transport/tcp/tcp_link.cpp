@@ -395,8 +395,7 @@ class TcpLink final : public Link {
   [[noreturn]] void fail_with_abort() {
     received_abort_ = decode_abort(abort_in_.data(), abort_in_.size());
     close();
-    throw Error(received_abort_->code,
-                "rank " + std::to_string(received_abort_->origin) + " failed: " + received_abort_->message);
+    throw notice_error(*received_abort_);
   }
 
   int fd_;
