@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "collective_cases.hpp"
+#include "collective_sweep.hpp"
 #include "error_of.hpp"
 #include "run_ranks.hpp"
 
@@ -52,27 +53,7 @@ TEST_CASE("small all-reduces through the mailboxes match the serial reference, i
       for (std::uint64_t count : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{7}, 1024 / size_of(dtype)})
         for (bool in_place : {false, true}) cases.push_back({Op::AllReduce, dtype, rop, count, in_place});
     }
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  run_ranks(world, [&](int r) {
-    for (const Case& c : cases) {
-      const CollectiveReference ref(c.dtype, c.rop);
-      std::vector<unsigned char> in = ref.input_buffer(r, c.count);
-      std::vector<unsigned char> out(in.size() + 1);
-      unsigned char* output = c.in_place ? in.data() : out.data();
-      comms[r]->all_reduce(in.data(), output, c.count, c.dtype, c.rop).wait();
-      const std::string wrong = ref.compare(output, c.count, [&](std::uint64_t i, unsigned char* w) {
-        expected_output(ref, Op::AllReduce, world, r, c.count, i, w);
-      });
-      if (!wrong.empty()) {
-        std::ostringstream msg;
-        msg << c.str() << ", rank " << r << " of " << world << ": " << wrong;
-        std::lock_guard lock(mutex);
-        failures.push_back(msg.str());
-      }
-    }
-  });
-  if (!failures.empty()) FAIL(failures.size() << " failures; the first: " << failures.front());
+  sweep(comms, cases, "world " + std::to_string(world));
 }
 
 TEST_CASE("mailbox all-reduces between broadcasts and large all-reduces, several in flight, keep every result", "[comm][mailbox]") {
