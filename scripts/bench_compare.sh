@@ -16,7 +16,8 @@
 # 20 calls are the scheduler's luck, with many iterations; the rest, from
 # 2 KiB, with few (a sweep is a fresh job: its first size, 2 KiB, is one no
 # target judges); and the ceilings the targets are judged against:
-#   bench_reduce   memcpy and float32 reduce at 64 MiB (memory-bandwidth ceiling)
+#   bench_reduce   memcpy and float32 reduce at 64 MiB (memory-bandwidth ceiling),
+#                  one process alone and p = min(ranks, cores) at once
 #   tcp-ring-rate  loopback TCP with 2 processes (full duplex) and a ring of 4,
 #                  under the congestion control kizuna's connections use
 #                  (Reno on loopback, KIZUNA_TCP_CONGESTION=auto), with 1 MiB
@@ -107,11 +108,24 @@ sweep() {
   ((${#large_sweep[@]} == 0)) || run "$name" "$@" "${large_sweep[@]}"
 }
 
+cores=$(nproc)
 start=$(date +%s)
 for ((rep = 1; rep <= reps; rep++)); do
   echo "== repetition $rep of $reps"
   "$build/bench/bench_reduce" --benchmark_filter='^(BM_memcpy|BM_reduce/float32)/67108864$' \
     --benchmark_format=json --benchmark_out="$out/memory-r$rep.json" --benchmark_out_format=json >/dev/null
+  # The same with p processes at once, p = min(ranks, cores) for each world:
+  # the rates each of p ranks gets while the others copy too.
+  for n in $worlds; do
+    p=$((n < cores ? n : cores))
+    ((p > 1)) && [[ ! -e $out/memory-p$p-r$rep-c0.json ]] || continue
+    for ((k = 0; k < p; k++)); do
+      "$build/bench/bench_reduce" --benchmark_filter='^(BM_memcpy|BM_reduce/float32)/67108864$' \
+        --benchmark_format=json --benchmark_out="$out/memory-p$p-r$rep-c$k.json" \
+        --benchmark_out_format=json >/dev/null &
+    done
+    wait
+  done
   for n in $worlds; do
     ring_rate --procs "$n" | tee "$out/tcp-ring-n$n-r$rep.txt" | tail -1
     # The same from memory, as the largest all-reduce's data comes, once

@@ -9,6 +9,7 @@ scripts/bench_compare.sh into the generated sections of docs/performance.md
 Input (DIR):
     <config>-n<world>-r<rep>.json   kizuna-perf / gloo-perf / mpi-perf --json output
     memory-r<rep>.json              bench_reduce --benchmark_format=json (memcpy, reduce float32)
+    memory-p<p>-r<rep>-c<k>.json    the same, process k of p run at once (p = min(ranks, cores))
     tcp-ring-n<world>-r<rep>.txt    tcp-ring-rate output, kizuna's congestion control, 1 MiB blocks
     tcp-stream-n<world>-r<rep>.txt  the same with blocks of the largest size (when measured)
     tcp-system-n<world>-r<rep>.txt  the system's congestion control, 1 MiB blocks (when it differs)
@@ -66,6 +67,11 @@ def median_spread(values):
     m = statistics.median(values)
     spread = (max(values) - min(values)) / 2 / m if m else 0.0
     return m, spread
+
+
+def spread_note(spread):
+    """", ±N%" for a spread of 1% or more, else nothing."""
+    return f", ±{spread * 100:.0f}%" if spread and spread >= 0.01 else ""
 
 
 def number(value, kind):
@@ -230,20 +236,47 @@ def bench(args):
 
 # ---------------------------------------------------------- make bench-compare
 
+def memory_rates(path):
+    """(memcpy, float32 reduce) at 64 MiB in one bench_reduce JSON file, bytes/s (None if absent)."""
+    copy = reduce = None
+    with open(path) as f:
+        doc = json.load(f)
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        if b["name"].startswith("BM_memcpy/"):
+            copy = b["bytes_per_second"]
+        elif b["name"].startswith("BM_reduce/float32/"):
+            reduce = b["bytes_per_second"]
+    return copy, reduce
+
+
 def load_memory(results):
-    """Medians over repetitions of memcpy and float32 reduce at 64 MiB, bytes/s."""
-    copy, reduce = [], []
-    for path in sorted(glob.glob(os.path.join(results, "memory-r*.json"))):
-        with open(path) as f:
-            doc = json.load(f)
-        for b in doc.get("benchmarks", []):
-            if b.get("run_type", "iteration") != "iteration":
-                continue
-            if b["name"].startswith("BM_memcpy/"):
-                copy.append(b["bytes_per_second"])
-            elif b["name"].startswith("BM_reduce/float32/"):
-                reduce.append(b["bytes_per_second"])
+    """Medians over repetitions of memcpy and float32 reduce at 64 MiB, one process, bytes/s."""
+    rates = [memory_rates(path) for path in sorted(glob.glob(os.path.join(results, "memory-r*.json")))]
+    copy = [c for c, _ in rates if c]
+    reduce = [r for _, r in rates if r]
     return median_spread(copy), median_spread(reduce), len(copy)
+
+
+def load_memory_concurrent(results):
+    """{p: ((copy, spread), (reduce, spread), repetitions)}: with p processes copying at once,
+    the mean over the p of each one's rate, then the median over the repetitions, bytes/s."""
+    by = {}
+    for path in glob.glob(os.path.join(results, "memory-p*-r*-c*.json")):
+        m = re.search(r"memory-p(\d+)-r(\d+)-c\d+\.json$", path)
+        if m:
+            by.setdefault(int(m.group(1)), {}).setdefault(int(m.group(2)), []).append(memory_rates(path))
+    found = {}
+    for p, reps in by.items():
+        copy, reduce = [], []
+        for rates in reps.values():
+            if len(rates) == p and all(c and r for c, r in rates):
+                copy.append(statistics.mean(c for c, _ in rates))
+                reduce.append(statistics.mean(r for _, r in rates))
+        if copy:
+            found[p] = (median_spread(copy), median_spread(reduce), len(copy))
+    return found
 
 
 def load_system_congestion(results):
@@ -394,46 +427,67 @@ def compare(args):
 
     # Ceilings and their derivation.
     out += ["### Ceilings measured in the same run", ""]
-    mem_ceiling = {}
+    mem_ceiling = {}       # {world: GB/s}, from the rates of p processes copying at once
     mem_ceiling_sym = {}
+    mem_single = {}        # {world: (ceiling, ceiling_sym)} from one process's rates
     if rc and rr:
         rc_g, rr_g = rc / 1e9, rr / 1e9
-        per_rank = 2 / (3 / rc_g + 1 / rr_g)
+        # The rates a rank gets when p ranks run at once; one process's where p is 1 or
+        # the concurrent runs are missing (older results).
+        rates_at = {1: (rc_g, rr_g)}
         out += [
             f"- memcpy at 64 MiB: **{rc_g:.2f} GB/s** (R_copy); float32 `reduce` (dst += src) at 64 MiB: "
-            f"**{rr_g:.2f} GB/s** of one operand (R_reduce); `bench_reduce`, one single-threaded "
-            f"measurement per repetition, medians of {mem_reps}.",
+            f"**{rr_g:.2f} GB/s** of one operand (R_reduce); `bench_reduce`, one process alone, "
+            f"medians of {mem_reps}.",
+        ]
+        for p, ((c, c_spread), (r, r_spread), n_reps) in sorted(load_memory_concurrent(args.results).items()):
+            rates_at[p] = (c / 1e9, r / 1e9)
+            out.append(
+                f"- The same with {p} processes at once, one per core, as {p} ranks run: "
+                f"**{c / 1e9:.2f} GB/s** (R_copy({p}){spread_note(c_spread)}) and **{r / 1e9:.2f} GB/s** "
+                f"(R_reduce({p}){spread_note(r_spread)}) per process, the mean over the {p}, medians of "
+                f"{n_reps}: {c / rc:.2f}x and {r / rr:.2f}x one process's, because the {p} share the memory "
+                "bus and the caches beyond the first levels.")
+
+        def ceilings(w):
+            """(p, rates used, ring ceiling, symmetric ceiling, the same from one process's rates)."""
+            p = min(w, cores)
+            rcp, rrp = rates_at.get(p, rates_at[1])
+            ring = lambda c, r: p / w * 2 / (3 / c + 1 / r)
+            sym = lambda c, r: p / w * 2 / (1 / c + 1 / r)
+            return p, (rcp, rrp), ring(rcp, rrp), sym(rcp, rrp), ring(rc_g, rr_g), sym(rc_g, rr_g)
+
+        out += [
             "- Memory ceiling of a shared-memory ring all-reduce of S bytes over n ranks. Each rank "
             "sends 2(n-1)/n S bytes (reduce-scatter, then all-gather), each copied once into a "
             "shared slot; it folds (n-1)/n S bytes out of slots into its buffer (reduce-scatter) and "
             "copies (n-1)/n S bytes out of slots (all-gather). Per rank: 3(n-1)/n S bytes of memcpy "
             "and (n-1)/n S bytes of reduce, so",
-            "  T >= (n/p) (n-1)/n S (3/R_copy + 1/R_reduce), with p = min(n, cores) ranks running at "
-            "once, and busbw = 2(n-1)/n S / T gives",
-            f"  **ceiling(n) = (p/n) x 2 / (3/R_copy + 1/R_reduce) = (p/n) x 2 / (3/{rc_g:.2f} + "
-            f"1/{rr_g:.2f}) = (p/n) x {per_rank:.2f} GB/s**.",
+            "  T >= (n/p) (n-1)/n S (3/R_copy(p) + 1/R_reduce(p)), with p = min(n, cores) ranks running "
+            "at once, each at the rates p processes get together, and busbw = 2(n-1)/n S / T gives",
+            "  **ceiling(n) = (p/n) x 2 / (3/R_copy(p) + 1/R_reduce(p))**.",
         ]
         for w in worlds:
-            p = min(w, cores)
-            mem_ceiling[w] = per_rank * p / w
-            out.append(f"  - {w} ranks on {cores} cores: p = {p}, ceiling {mem_ceiling[w]:.2f} GB/s.")
-        out.append("  This is optimistic in one way (single-threaded copy rates, while several ranks "
-                   "share the memory bus) and assumes the slot design of the shared-memory transport "
-                   "(a sender copies in, a receiver reduces or copies straight out).")
-        per_rank_sym = 2 / (1 / rc_g + 1 / rr_g)
+            p, (rcp, rrp), ring, _, ring1, _ = ceilings(w)
+            mem_ceiling[w] = ring
+            out.append(f"  - {w} ranks on {cores} cores: p = {p}, (p/n) x 2 / (3/{rcp:.2f} + 1/{rrp:.2f}) = "
+                       f"**{ring:.2f} GB/s** (with one process's rates instead, {ring1:.2f} GB/s).")
+        out.append("  It assumes the slot design of the shared-memory transport (a sender copies in, a "
+                   "receiver reduces or copies straight out).")
         out += [
             "- Memory ceiling of the all-reduce on symmetric memory (`kizuna-perf -R 2`, "
             "docs/symmetric-memory.md), where a rank reads its peers' buffers in place: it folds its "
             "peers' (n-1) shares of its chunk into its own, (n-1)/n S bytes of reduce, and copies the "
             "(n-1) other reduced chunks out of their owners' buffers, (n-1)/n S bytes of memcpy, so",
-            "  T >= (n/p) (n-1)/n S (1/R_copy + 1/R_reduce) and "
-            f"**ceiling_sym(n) = (p/n) x 2 / (1/R_copy + 1/R_reduce) = (p/n) x 2 / (1/{rc_g:.2f} + "
-            f"1/{rr_g:.2f}) = (p/n) x {per_rank_sym:.2f} GB/s**.",
+            "  T >= (n/p) (n-1)/n S (1/R_copy(p) + 1/R_reduce(p)) and "
+            "**ceiling_sym(n) = (p/n) x 2 / (1/R_copy(p) + 1/R_reduce(p))**.",
         ]
         for w in worlds:
-            p = min(w, cores)
-            mem_ceiling_sym[w] = per_rank_sym * p / w
-            out.append(f"  - {w} ranks on {cores} cores: p = {p}, ceiling {mem_ceiling_sym[w]:.2f} GB/s.")
+            p, (rcp, rrp), ring, sym, ring1, sym1 = ceilings(w)
+            mem_ceiling_sym[w] = sym
+            mem_single[w] = (ring1, sym1)
+            out.append(f"  - {w} ranks on {cores} cores: p = {p}, (p/n) x 2 / (1/{rcp:.2f} + 1/{rrp:.2f}) = "
+                       f"**{sym:.2f} GB/s** (with one process's rates instead, {sym1:.2f} GB/s).")
     else:
         out.append("- memcpy/reduce rates: not measured (bench_reduce missing).")
     for w in worlds:
@@ -478,6 +532,14 @@ def compare(args):
         return best
 
     lower = lambda r, b: r < b
+
+    def single_note(busbw, w, which):
+        """The ratio to the ceiling derived from one process's rates, where that one differs."""
+        if w not in mem_single or busbw is None:
+            return ""
+        single = mem_single[w][which]
+        judged = (mem_ceiling, mem_ceiling_sym)[which][w]
+        return "" if abs(single - judged) < 1e-9 else f"; {busbw / single:.2f}x of one process's ceiling"
     higher = lambda r, b: r > b
     rows = []
     for w in worlds:
@@ -492,14 +554,14 @@ def compare(args):
                 if v is not None and (size not in gloo_best or v > gloo_best[size][0]):
                     gloo_best[size] = (v, None)
 
-        def check(name, found, goal, better_is_higher, unit="x"):
+        def check(name, found, goal, better_is_higher, unit="x", note=""):
             if found is None:
                 rows.append(f"| {w} | {name} | not measured | |")
                 return
             value, size = found
             met = value >= goal if better_is_higher else value <= goal
             where = f" (worst at {human_size(size)})" if size is not None else ""
-            rows.append(f"| {w} | {name} | {value:.2f}{unit}{where} | "
+            rows.append(f"| {w} | {name} | {value:.2f}{unit}{where}{note} | "
                         f"{'met' if met else 'missed by ' + format(abs(value - goal) / goal * 100, '.0f') + '%'} |")
 
         check("shm busbw >= 1.2x Open MPI shm, 64 KiB .. 64 MiB",
@@ -509,7 +571,8 @@ def compare(args):
         top = 64 * MIB
         if top in ks_b and w in mem_ceiling:
             check("shm busbw at 64 MiB >= 70% of the memory ceiling",
-                  (ks_b[top][0] / mem_ceiling[w], None), 0.7, True)
+                  (ks_b[top][0] / mem_ceiling[w], None), 0.7, True,
+                  note=single_note(ks_b[top][0], w, 0))
         if ksym_b:
             check("shm busbw, symmetric buffers (-R 2), >= 1.2x Open MPI shm, 64 KiB .. 64 MiB",
                   ratio_over(ksym_b, ms_b, 64 * KIB, 64 * MIB, lower), 1.2, True)
@@ -517,7 +580,8 @@ def compare(args):
                   ratio_over(ksym_t, ms_t, 4, KIB, higher), 1.0, False)
             if top in ksym_b and w in mem_ceiling_sym:
                 check("shm busbw, symmetric buffers (-R 2), at 64 MiB >= 70% of its memory ceiling",
-                      (ksym_b[top][0] / mem_ceiling_sym[w], None), 0.7, True)
+                      (ksym_b[top][0] / mem_ceiling_sym[w], None), 0.7, True,
+                      note=single_note(ksym_b[top][0], w, 1))
         check("tcp busbw >= 1.5x best Gloo, 1 MiB .. 64 MiB",
               ratio_over(kt_b, gloo_best, MIB, 64 * MIB, lower), 1.5, True)
         check("tcp busbw >= Open MPI tcp, 1 MiB .. 64 MiB",
