@@ -49,6 +49,10 @@ struct CommOptions {
   // path when its buffers are such memory (Communicator::allocate_symmetric);
   // unset: KIZUNA_SYMMETRIC_FROM (default: by measurement, see docs/env.md).
   std::optional<std::size_t> symmetric_from;
+  // The smallest all-reduce, in bytes, of private buffers that runs on that
+  // path through the staging memory, when every rank shares one node;
+  // unset: KIZUNA_STAGED_FROM (default: by measurement, see docs/env.md).
+  std::optional<std::size_t> staged_from;
   // The largest all-reduce, in bytes, that runs through the mailboxes (every
   // rank reads every peer's input from one shared cache line or a few) when
   // every rank shares one node; 0 turns them off. Unset:

@@ -22,7 +22,7 @@ struct Fingerprint {
   int root = 0;
   std::uint64_t count = 0;
   std::uint64_t seq = 0;
-  bool symmetric = false;  // an all-reduce on symmetric memory's path
+  bool symmetric = false;  // an all-reduce on symmetric memory's path (in place or staged)
   bool operator==(const Fingerprint&) const = default;
 };
 

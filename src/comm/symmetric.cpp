@@ -34,6 +34,8 @@ constexpr std::size_t kFoldBlockBytes = 32 << 10;
 // communicator's abort are looked at again.
 constexpr auto kNap = std::chrono::milliseconds(2);
 constexpr int kClockEvery = 64;
+// A staged call's RegionCall says so with this allocation number.
+constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
 
 // A name remove_stale_segments() recognises, distinct per allocation.
 std::string region_name(std::uint64_t comm_id, std::uint64_t number, int rank,
@@ -71,7 +73,7 @@ std::vector<unsigned char*> SymmetricMemory::allocate_internal(std::size_t bytes
 
 std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::allocate_any(std::size_t bytes,
                                                                            Clock::time_point deadline,
-                                                                           bool for_user) {
+                                                                           bool for_user, bool able) {
   std::lock_guard serial(allocate_mutex_);
   const int rank = setup_.rank, world = setup_.world;
   const bool first = sync_.empty();
@@ -79,7 +81,6 @@ std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::allocate_any(std::
   const std::string key = setup_.prefix + "/symmetric/" + std::to_string(number) + "/";
   // Every rank joined by shared memory (its links say so), or none: a
   // rank that cannot take part says "-" and every rank sees it.
-  bool able = true;
   for (int r = 0; r < world; ++r)
     if (r != rank && (setup_.links.at(r) == nullptr || !setup_.links[r]->uses_doorbell())) able = false;
   auto allocation = std::make_shared<Allocation>();
@@ -279,6 +280,20 @@ void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadli
   if (setup_.live) setup_.live->done_waiting();
 }
 
+void SymmetricMemory::check_staged_calls(const RegionCall& mine, const RunLabel& label) const {
+  for (int r = 0; r < setup_.world; ++r) {
+    const RegionCall c = sync_[r].header()->call;
+    if (c.input_region != kStagedCall)
+      KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq,
+                   " on symmetric memory with buffers of that kind, where this rank's buffers are private and staged");
+    if (c.seq != mine.seq || c.count != mine.count || c.dtype != mine.dtype || c.op != mine.op)
+      KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq, " (", c.count, " of ",
+                   name(static_cast<DataType>(c.dtype)), ", ", name(static_cast<ReduceOp>(c.op)),
+                   ") through the staging memory where this rank is in #", mine.seq, " (", mine.count, " of ",
+                   name(static_cast<DataType>(mine.dtype)), ", ", name(static_cast<ReduceOp>(mine.op)), ")");
+  }
+}
+
 void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
                                   std::vector<const unsigned char*>& inputs,
                                   std::vector<const unsigned char*>& outputs,
@@ -286,6 +301,9 @@ void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
   const std::uint64_t bytes = mine.count * size_of(static_cast<DataType>(mine.dtype));
   for (int r = 0; r < setup_.world; ++r) {
     const RegionCall c = sync_[r].header()->call;
+    if (c.input_region == kStagedCall)
+      KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq,
+                   " with private buffers, staged, where this rank's buffers are symmetric memory");
     if (c.seq != mine.seq || c.count != mine.count || c.dtype != mine.dtype || c.op != mine.op)
       KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq, " (", c.count, " of ",
                    name(static_cast<DataType>(c.dtype)), ", ", name(static_cast<ReduceOp>(c.op)),
@@ -363,6 +381,79 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   // Meeting 3: nobody reads this rank's buffers any more.
   meet(3);
   return true;
+}
+
+bool SymmetricMemory::allocate_staging(std::size_t bytes, Clock::time_point deadline) {
+  staging_ = allocate_any(bytes, deadline, false, bytes > 0);
+  return staging_ != nullptr;
+}
+
+std::uint32_t SymmetricMemory::staged_meetings(std::size_t bytes, std::size_t elem) const {
+  const std::size_t half = staging_ ? staging_->bytes / 2 / elem * elem : 0;
+  if (half == 0) return 0;
+  return static_cast<std::uint32_t>(std::min<std::size_t>(UINT32_MAX, 2 * std::max<std::size_t>(1, (bytes + half - 1) / half)));
+}
+
+void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point deadline, const RunLabel& label) {
+  const std::size_t elem = size_of(call.dtype);
+  const std::uint32_t steps = staged_meetings(call.count * elem, elem);
+  KIZUNA_CHECK(steps > 0 && steps < UINT32_MAX, label.str(), ": no staging memory, or too many rounds");
+  const int rank = setup_.rank, world = setup_.world;
+  // A round takes what half a staging area holds; rounds alternate halves.
+  const std::size_t half = staging_->bytes / 2 / elem * elem;
+  const std::size_t round_count = half / elem;
+  const std::size_t rounds = steps / 2;
+  RegionHeader* me = sync_[rank].header();
+  me->call = RegionCall{call.seq, call.count, static_cast<std::uint32_t>(call.dtype),
+                        static_cast<std::uint32_t>(call.op), kStagedCall, kStagedCall, 0, 0};
+  const std::uint64_t base = phase_;
+  phase_ += steps;
+  failed_peer_ = -1;
+  cause_.reset();
+  if (setup_.live) setup_.live->begin(call.seq, steps);
+  std::uint32_t step = 0;
+  auto meet = [&] {
+    if (setup_.live) setup_.live->step.store(step, std::memory_order_relaxed);
+    ++step;
+    arrive(base + step);
+    wait_for_all(base + step, deadline, label);
+  };
+  const auto* in = static_cast<const unsigned char*>(call.input);
+  auto* out = static_cast<unsigned char*>(call.output);
+  const std::size_t block = kFoldBlockBytes / elem * elem;
+  for (std::size_t done = 0, r = 0; r < rounds; ++r, done += round_count) {
+    const std::size_t count = std::min(round_count, call.count - std::min(call.count, done));
+    const std::size_t h = (staged_rounds_++ % 2) * half;
+    auto area = [&](int q) { return staging_->regions[q].data() + h; };
+    // Rank q's chunk of the round: bytes [lo(q), lo(q + 1)) from its start.
+    const std::size_t per = count / world, extra = count % world;
+    auto lo = [&](int q) { return (q * per + std::min<std::size_t>(q, extra)) * elem; };
+    const unsigned char* src = in + done * elem;
+    unsigned char* dst = out + done * elem;
+    // The chunks the peers fold, into this rank's half (its own chunk is
+    // folded straight from its input).
+    for (int k = 1; k < world; ++k) {
+      const int q = (rank + k) % world;
+      std::memcpy(area(rank) + lo(q), src + lo(q), lo(q + 1) - lo(q));
+    }
+    // Meeting 1: every rank's part staged (the first: and its call known).
+    meet();
+    if (r == 0) check_staged_calls(me->call, label);
+    // This rank's chunk: its input's share and every peer's, into its
+    // output and, for the peers to copy, into its half.
+    for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
+      const std::size_t n = std::min(block, end - at);
+      core::reduce_into(dst + at, src + at, area((rank + 1) % world) + at, n / elem, call.dtype, call.op);
+      for (int k = 2; k < world; ++k) core::reduce(dst + at, area((rank + k) % world) + at, n / elem, call.dtype, call.op);
+      std::memcpy(area(rank) + at, dst + at, n);
+    }
+    // Meeting 2: every chunk reduced.
+    meet();
+    for (int k = 1; k < world; ++k) {
+      const int q = (rank + k) % world;
+      std::memcpy(dst + lo(q), area(q) + lo(q), lo(q + 1) - lo(q));
+    }
+  }
 }
 
 }  // namespace kizuna::comm

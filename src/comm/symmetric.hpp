@@ -20,6 +20,18 @@
 // At the first, each rank checks its peers' calls (sequence, count, type,
 // operation) and fails with Mismatch where they differ.
 //
+// all_reduce_staged() runs the same algorithm on private buffers through a
+// staging area every rank allocates at creation (allocate_staging()): in
+// rounds of half the area, a rank copies the chunks its peers fold into
+// its half (meeting 1), folds its own chunk from its input and the peers'
+// halves into its output and its half (meeting 2), and copies the peers'
+// reduced chunks out of their halves. Rounds alternate halves, so a third
+// meeting is not needed: a rank writes a half again two rounds later,
+// after every peer has passed the round between's first meeting, and so
+// has finished reading it. Per rank of two it moves 8 half-buffers against
+// the slots' 9, in two meetings per round where a ring waits on every
+// slot, and what a round stages stays in the caches while it is read.
+//
 // Waiting spins, yields, then sleeps on the rank's doorbell, like the
 // executor; it watches the awaited peer's connection (its death is
 // PeerLost, its abort notice that error) and the communicator's abort, and
@@ -78,6 +90,14 @@ class SymmetricMemory {
   std::vector<unsigned char*> allocate_internal(std::size_t bytes, Clock::time_point deadline,
                                                 std::shared_ptr<void>& keep);
 
+  // Collective, at creation: `bytes` of staging memory per rank for
+  // all_reduce_staged(); false on every rank when one could not, or when
+  // one asks for none (bytes 0).
+  bool allocate_staging(std::size_t bytes, Clock::time_point deadline);
+  bool staging() const { return staging_ != nullptr; }
+  // How many meetings all_reduce_staged() holds for `bytes` (its steps).
+  std::uint32_t staged_meetings(std::size_t bytes, std::size_t elem) const;
+
   // Whether any allocation for the user has been made (cheap: for the hot
   // path).
   bool any() const { return user_ready_.load(std::memory_order_acquire); }
@@ -96,6 +116,9 @@ class SymmetricMemory {
   // The all-reduce, when both buffers are symmetric (input == output, or
   // not overlapping): false, having done nothing, when they are not.
   bool all_reduce(const Call& call, Clock::time_point deadline, const RunLabel& label);
+  // The all-reduce of private buffers (input == output, or not
+  // overlapping) through the staging memory, which must be there.
+  void all_reduce_staged(const Call& call, Clock::time_point deadline, const RunLabel& label);
 
   // After all_reduce() failed: the peer whose death or abort notice ended
   // it (-1: none), and that notice, to pass on unchanged.
@@ -112,7 +135,9 @@ class SymmetricMemory {
   // allocate() and allocate_internal(): the allocation, registered for
   // pin() and the all-reduce when `for_user`; null on every rank when one
   // rank could not.
-  std::shared_ptr<Allocation> allocate_any(std::size_t bytes, Clock::time_point deadline, bool for_user);
+  // A rank that is not `able` (it asks for none) takes part and fails it.
+  std::shared_ptr<Allocation> allocate_any(std::size_t bytes, Clock::time_point deadline, bool for_user,
+                                           bool able = true);
   // allocate()'s rendezvous: the names, the mappings, then whether every
   // rank mapped everything. Throws Timeout at the deadline.
   bool exchange(const std::string& key, const std::string& mine, bool first, Allocation& allocation,
@@ -130,6 +155,8 @@ class SymmetricMemory {
   void check_calls(const transport::shm::RegionCall& mine, const RunLabel& label,
                    std::vector<const unsigned char*>& inputs, std::vector<const unsigned char*>& outputs,
                    std::vector<std::shared_ptr<Allocation>>& keep);
+  // Every peer's call against this rank's, on the staged path.
+  void check_staged_calls(const transport::shm::RegionCall& mine, const RunLabel& label) const;
 
   SymmetricSetup setup_;
   std::mutex allocate_mutex_;      // one allocation at a time
@@ -138,6 +165,8 @@ class SymmetricMemory {
   std::atomic<bool> ready_{false};            // sync_ is set
   std::atomic<bool> user_ready_{false};       // and an allocate() has succeeded
   std::uint64_t phase_ = 0;
+  std::shared_ptr<Allocation> staging_;  // null: no staged all-reduce
+  std::uint64_t staged_rounds_ = 0;      // rounds run: which half is next
   int failed_peer_ = -1;
   std::optional<transport::AbortNotice> cause_;
   mutable std::mutex mutex_;

@@ -233,6 +233,23 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
       env.mailbox_upto = static_cast<std::int64_t>(bytes);
     }
   }
+  if (auto v = lookup("KIZUNA_STAGED_FROM")) {
+    if (trim_lower(*v) != "auto") {
+      const std::uint64_t bytes = parse_size("KIZUNA_STAGED_FROM", *v);
+      if (bytes > (1ull << 62))
+        KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_STAGED_FROM='", *v, "' is out of range; accepted: auto or 0 .. 4E");
+      env.staged_from = static_cast<std::int64_t>(bytes);
+    }
+  }
+  if (auto v = lookup("KIZUNA_STAGING_BYTES")) {
+    if (trim_lower(*v) != "auto") {
+      const std::uint64_t bytes = parse_size("KIZUNA_STAGING_BYTES", *v);
+      if (bytes != 0 && (bytes < (64u << 10) || bytes > (1u << 30)))
+        KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_STAGING_BYTES='", *v,
+                     "' is out of range; accepted: auto, 0 (no staging) or 64K .. 1G");
+      env.staging_bytes = static_cast<std::int64_t>(bytes);
+    }
+  }
   if (auto v = lookup("KIZUNA_TCP_CONGESTION")) {
     const std::string value = trim_lower(*v);
     const bool name = !value.empty() && value.size() <= 15 &&

@@ -50,6 +50,8 @@ struct Env {
   std::uint64_t shm_bytes = 1 << 20;                   // KIZUNA_SHM_BYTES (per channel)
   std::int64_t symmetric_from = -1;                    // KIZUNA_SYMMETRIC_FROM (-1: auto)
   std::int64_t mailbox_upto = -1;                      // KIZUNA_MAILBOX_UPTO (-1: auto)
+  std::int64_t staging_bytes = -1;                     // KIZUNA_STAGING_BYTES (-1: auto)
+  std::int64_t staged_from = -1;                       // KIZUNA_STAGED_FROM (-1: auto)
   // "auto", "system" or a kernel congestion control name (transport/tcp/congestion.hpp).
   std::string tcp_congestion = "auto";                 // KIZUNA_TCP_CONGESTION
   int spin_us = -1;                                    // KIZUNA_SPIN_US (-1: auto)

@@ -153,6 +153,22 @@ TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US, KIZUNA_YIELD_US",
   CHECK(error_of({{"KIZUNA_YIELD_US", "soon"}}).find("KIZUNA_YIELD_US") != std::string::npos);
 }
 
+TEST_CASE("KIZUNA_STAGED_FROM and KIZUNA_STAGING_BYTES", "[env]") {
+  CHECK(parse({}).staged_from == -1);
+  CHECK(parse({{"KIZUNA_STAGED_FROM", "Auto"}}).staged_from == -1);
+  CHECK(parse({{"KIZUNA_STAGED_FROM", "0"}}).staged_from == 0);
+  CHECK(parse({{"KIZUNA_STAGED_FROM", "2M"}}).staged_from == 2 << 20);
+  CHECK(error_of({{"KIZUNA_STAGED_FROM", "-1"}}).find("KIZUNA_STAGED_FROM") != std::string::npos);
+  CHECK(parse({}).staging_bytes == -1);
+  CHECK(parse({{"KIZUNA_STAGING_BYTES", "0"}}).staging_bytes == 0);
+  CHECK(parse({{"KIZUNA_STAGING_BYTES", "256K"}}).staging_bytes == 256 << 10);
+  CHECK(parse({{"KIZUNA_STAGING_BYTES", "1G"}}).staging_bytes == 1 << 30);
+  for (const char* bad : {"1K", "2G", "lots"}) {
+    CAPTURE(bad);
+    CHECK(error_of({{"KIZUNA_STAGING_BYTES", bad}}).find("KIZUNA_STAGING_BYTES") != std::string::npos);
+  }
+}
+
 TEST_CASE("KIZUNA_TCP_CONGESTION", "[env]") {
   CHECK(parse({}).tcp_congestion == "auto");
   CHECK(parse({{"KIZUNA_TCP_CONGESTION", "system"}}).tcp_congestion == "system");

@@ -1,0 +1,130 @@
+// The staged all-reduce (comm/symmetric.hpp, all_reduce_staged): private
+// buffers of ranks on one node, through each rank's staging memory, threads
+// as ranks. Results against the serial reference over one round and many,
+// and what happens when ranks disagree or one goes away.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective_cases.hpp"
+#include "collective_sweep.hpp"
+#include "error_of.hpp"
+#include "run_ranks.hpp"
+
+using namespace kizuna;
+using namespace kizuna::test;
+
+namespace {
+
+// Every all-reduce of private buffers above the mailboxes' sizes takes the
+// staged path.
+CommOptions staged_options(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+  CommOptions options;
+  options.transport = Transport::Shm;
+  options.timeout = timeout;
+  options.staged_from = 0;
+  options.mailbox_upto = 0;
+  return options;
+}
+
+// Two ranks all-reduce `first` and `second` floats, rank `symmetric_rank`
+// (-1: none) on symmetric memory: each rank's error.
+std::vector<Error> two_calls(const CommOptions& options, std::size_t first, std::size_t second,
+                             int symmetric_rank = -1) {
+  const auto comms = make_comms(2, options);
+  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+  run_ranks(2, [&](int r) {
+    const std::size_t count = r == 0 ? first : second;
+    std::shared_ptr<void> memory = comms[r]->allocate_symmetric(std::max(first, second) * sizeof(float));
+    std::vector<float> private_values(count, 1.0f);
+    float* values = r == symmetric_rank ? static_cast<float*>(memory.get()) : private_values.data();
+    errors[r] = error_of(comms[r]->all_reduce(values, count, DataType::Float32, ReduceOp::Sum));
+  });
+  return errors;
+}
+
+}  // namespace
+
+TEST_CASE("staged all-reduces of private buffers match the serial reference, in place and out of place", "[comm][staged]") {
+  const int world = GENERATE(2, 3, 4, 5);
+  const auto comms = make_comms(world, staged_options());
+  std::vector<Case> cases;
+  for (DataType dtype : kAllDataTypes)
+    for (ReduceOp rop : kAllReduceOps) {
+      if (rop == ReduceOp::Avg && !is_floating(dtype)) continue;
+      // Fewer elements than ranks, uneven chunks, several fold blocks.
+      for (std::uint64_t count : {std::uint64_t{1}, std::uint64_t{3}, std::uint64_t{1001}, std::uint64_t{20'011}})
+        for (bool in_place : {false, true}) cases.push_back({Op::AllReduce, dtype, rop, count, in_place});
+    }
+  // Many rounds: the staging memory's halves hold 256 KiB each.
+  for (DataType dtype : {DataType::Float32, DataType::BFloat16, DataType::Int64})
+    for (bool in_place : {false, true})
+      cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (1 << 20) / size_of(dtype) + 13, in_place});
+  sweep(comms, cases, "world " + std::to_string(world));
+}
+
+TEST_CASE("staged all-reduces between other collectives, on several communicators, keep every result", "[comm][staged]") {
+  // The halves alternate across calls: a call that follows another
+  // directly writes the half its peers may still be reading from the last.
+  const int world = 3;
+  const auto comms = make_comms(world, staged_options());
+  std::vector<Case> cases;
+  for (int k = 0; k < 6; ++k) {
+    cases.push_back({Op::AllReduce, DataType::Float32, ReduceOp::Sum, 70'000u + k, k % 2 == 0});
+    if (k % 3 == 0) cases.push_back({Op::Broadcast, DataType::Int32, ReduceOp::Sum, 5000, false});
+    cases.push_back({Op::AllReduce, DataType::Int32, ReduceOp::Max, 3u + k, false});
+  }
+  sweep(comms, cases, "interleaved");
+}
+
+TEST_CASE("ranks whose staged all-reduces differ in count fail with Mismatch, naming both calls", "[comm][staged]") {
+  const std::vector<Error> errors = two_calls(staged_options(std::chrono::milliseconds(20'000)), 1000, 1001);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r].what());
+    CHECK(errors[r].code() == ErrorCode::Mismatch);
+    CHECK_THAT(errors[r].what(), Catch::Contains("staged") && Catch::Contains("1000 of float32") &&
+                                     Catch::Contains("1001 of float32"));
+  }
+}
+
+TEST_CASE("a rank on symmetric memory where its peer's buffers are private fails with Mismatch, as does the peer", "[comm][staged]") {
+  CommOptions options = staged_options(std::chrono::milliseconds(20'000));
+  options.symmetric_from = 0;
+  const std::vector<Error> errors = two_calls(options, 1000, 1000, 1);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r].what());
+    CHECK(errors[r].code() == ErrorCode::Mismatch);
+    CHECK_THAT(errors[r].what(), Catch::Contains("private") && Catch::Contains("symmetric memory"));
+  }
+}
+
+TEST_CASE("below staged_from, or with a forced algorithm, all-reduces of private buffers run through the slots", "[comm][staged]") {
+  CommOptions options = staged_options(std::chrono::milliseconds(20'000));
+  const bool forced = GENERATE(true, false);
+  if (forced) options.algorithm = Algorithm::Ring;
+  else options.staged_from = 4005;
+  const std::vector<Error> errors = two_calls(options, 1000, 1001);  // 4000 bytes and 4004
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r].what());
+    CHECK(errors[r].code() == ErrorCode::Mismatch);
+    CHECK_THAT(errors[r].what(), !Catch::Contains("staged"));
+  }
+}
+
+TEST_CASE("a rank that aborts fails its peer's staged all-reduce well before the deadline", "[comm][staged]") {
+  const auto comms = make_comms(2, staged_options(std::chrono::milliseconds(120'000)));
+  std::vector<float> values(100'000, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  Work waiting = comms[0]->all_reduce(values.data(), values.size(), DataType::Float32, ReduceOp::Sum);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  comms[1]->abort("the test stops rank 1");
+  const Error e = error_of(waiting);
+  INFO(e.what());
+  CHECK((e.code() == ErrorCode::PeerLost || e.code() == ErrorCode::Aborted));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+}
