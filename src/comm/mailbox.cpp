@@ -1,15 +1,11 @@
 #include "comm/mailbox.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <thread>
 
 #include "algo/schedule.hpp"
 #include "core/check.hpp"
 #include "core/reduce.hpp"
-#include "core/spin_lock.hpp"
-#include "transport/shm/futex.hpp"
 
 namespace kizuna::comm {
 
@@ -36,18 +32,6 @@ struct Mailbox::Box {
 };
 
 
-namespace {
-
-constexpr int kClockEvery = 16;
-// While spinning, the core is offered this often, so that a peer sharing
-// it runs (as in the executor).
-constexpr auto kSpinYieldEvery = std::chrono::microseconds(5);
-// How long one sleep may last before the peer's connection and the
-// communicator's abort are looked at again.
-constexpr auto kNap = std::chrono::milliseconds(2);
-
-}  // namespace
-
 std::size_t Mailbox::region_bytes() {
   static_assert(offsetof(Box, payload) == 32);
   static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
@@ -57,6 +41,11 @@ std::size_t Mailbox::region_bytes() {
 Mailbox::Mailbox(MailboxSetup setup) : setup_(std::move(setup)) {
   KIZUNA_CHECK(static_cast<int>(setup_.regions.size()) == setup_.world, "mailbox: ", setup_.regions.size(),
                " regions for ", setup_.world, " ranks");
+}
+
+Doorbell Mailbox::doorbell(int rank) const {
+  Status& s = status(rank);
+  return {s.doorbell, s.sleeping};
 }
 
 Mailbox::Status& Mailbox::status(int rank) const {
@@ -95,8 +84,7 @@ bool Mailbox::arrived(int peer, const Call& call, const RunLabel& label) const {
 }
 
 void Mailbox::check_peer(int peer, std::uint64_t seq, const RunLabel& label) {
-  if (setup_.aborted && setup_.aborted->load(std::memory_order_relaxed))
-    KIZUNA_THROW(ErrorCode::Aborted, label.str(), ": the communicator was aborted");
+  check_not_aborted(setup_, label);
   // Another path for this call is a Mismatch, named by what it announced.
   const Status& s = status(peer);
   if (s.announced.load(std::memory_order_acquire) == seq + 1) {
@@ -106,28 +94,8 @@ void Mailbox::check_peer(int peer, std::uint64_t seq, const RunLabel& label) {
                  " elements, not through the mailboxes (another collective or size, or KIZUNA_MAILBOX_UPTO set "
                  "differently)");
   }
-  transport::Link* link = setup_.links.at(peer);
-  if (link == nullptr || !link->peer_closed()) return;
-  failed_peer_ = peer;
-  if (const transport::AbortNotice* notice = link->received_abort()) {
-    cause_ = *notice;
-    throw transport::notice_error(*notice);
-  }
-  KIZUNA_THROW(ErrorCode::PeerLost, "lost rank ", peer, ": its connection closed in ", label.str());
-}
-
-void Mailbox::sleep_on_doorbell(int peer, const Call& call, Clock::time_point until, const RunLabel& label) {
-  Status& me = status(setup_.rank);
-  // Announced, fenced, then a last look: either the peer sees this rank
-  // asleep and rings, or this rank sees its mailbox (see run()).
-  me.sleeping.store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  const std::uint32_t bell = me.doorbell.load(std::memory_order_acquire);
-  if (!arrived(peer, call, label)) {
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - Clock::now());
-    if (left.count() > 0) transport::futex_wait(&me.doorbell, bell, left);
-  }
-  me.sleeping.store(0, std::memory_order_relaxed);
+  if (peer_closed(setup_, peer, failed_peer_, cause_))
+    KIZUNA_THROW(ErrorCode::PeerLost, "lost rank ", peer, ": its connection closed in ", label.str());
 }
 
 void Mailbox::fold(const Call& call) const {
@@ -155,64 +123,15 @@ bool Mailbox::run(const Call& call, Clock::time_point deadline, const RunLabel& 
     next_peer_ = 0;
     failed_peer_ = -1;
     cause_.reset();
-    // Pairs with the sleeper's fence: either it sees the mailbox, or this
-    // rank sees it asleep and rings.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    for (int r = 0; r < world; ++r) {
-      if (r == rank) continue;
-      Status& s = status(r);
-      if (s.sleeping.load(std::memory_order_relaxed)) {
-        s.doorbell.fetch_add(1, std::memory_order_relaxed);
-        transport::futex_wake_all(&s.doorbell);
-      }
-    }
+    ring_sleepers(setup_, [&](int r) { return doorbell(r); });
   }
   for (; next_peer_ < world; ++next_peer_) {
     const int peer = next_peer_;
-    if (peer == rank || arrived(peer, call, label)) continue;
-    // A peer that is there answers within the first rounds: most calls
-    // never look at the clock.
-    Clock::time_point start, spin_until, yield_until, next_yield;
-    bool announced = false;
-    for (int idle = 1; !arrived(peer, call, label); ++idle) {
-      if (idle % kClockEvery != 0) {
-        core::cpu_relax();
-        continue;
-      }
-      const Clock::time_point now = Clock::now();
-      if (idle == kClockEvery) {
-        start = now;
-        spin_until = now + setup_.spin;
-        yield_until = spin_until + setup_.yield;
-        next_yield = now + kSpinYieldEvery;
-        if (setup_.live) setup_.live->awaiting.store(peer, std::memory_order_relaxed);
-      }
-      if (now >= deadline)
-        KIZUNA_THROW(ErrorCode::Timeout, "timed out after ",
-                     std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
-                     " ms waiting for rank ", peer, " in ", label.str());
-      // A caller that must not be held leaves the rest to a later run().
-      if (patience != Executor::kHoldOn && now - start >= patience) return false;
-      if (idle % (kClockEvery * 64) == 0) check_peer(peer, call.seq, label);
-      if (now < spin_until) {
-        if (now >= next_yield) {
-          std::this_thread::yield();
-          next_yield = now + kSpinYieldEvery;
-        }
-        continue;
-      }
-      if (now < yield_until || patience != Executor::kHoldOn) {
-        std::this_thread::yield();
-        continue;
-      }
-      if (setup_.live && !announced) {  // for the stuck-rank report
-        setup_.live->asleep_since(now);
-        announced = true;
-      }
-      check_peer(peer, call.seq, label);
-      sleep_on_doorbell(peer, call, std::min(deadline, now + kNap), label);
-    }
-    if (setup_.live) setup_.live->done_waiting();
+    if (peer == rank) continue;
+    if (!wait_for_peer(
+            setup_, doorbell(rank), peer, deadline, patience, label, [&] { return arrived(peer, call, label); },
+            [&] { check_peer(peer, call.seq, label); }))
+      return false;  // a caller that must not be held: a later run() goes on from this peer
   }
   fold(call);
   posted_ = false;

@@ -26,9 +26,10 @@
 // sees it there and fails with Mismatch instead of waiting until its
 // deadline.
 //
-// Waiting spins, yields, then sleeps on the rank's doorbell; it watches the
-// awaited peer's connection (its death is PeerLost, its abort notice that
-// error), the communicator's abort and the deadline, like the executor.
+// Waiting spins, yields, then sleeps on the rank's doorbell
+// (comm/node_wait.hpp, as for symmetric memory); it watches the awaited
+// peer's connection (its death is PeerLost, its abort notice that error),
+// the communicator's abort and the deadline, like the executor.
 // One thread at a time calls it (the one running the communicator's calls).
 #pragma once
 
@@ -104,7 +105,7 @@ class Mailbox {
   // Throws when `peer` is dead, has failed or announced call `seq` on
   // another path, or when the communicator was aborted.
   void check_peer(int peer, std::uint64_t seq, const RunLabel& label);
-  void sleep_on_doorbell(int peer, const Call& call, Clock::time_point until, const RunLabel& label);
+  Doorbell doorbell(int rank) const;
   void fold(const Call& call) const;
 
   MailboxSetup setup_;

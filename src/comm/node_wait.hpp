@@ -1,16 +1,32 @@
-// comm/node_wait.hpp: what a rank needs to wait in shared memory for the
-// other ranks of its node, as symmetric memory's meetings (symmetric.hpp)
-// and the mailboxes (mailbox.hpp) do: who it is, whose connections to
-// watch for a death or an abort notice, how long to spin and yield before
-// sleeping, the communicator's abort flag, and where to show progress.
+// comm/node_wait.hpp: how a rank waits in shared memory for the other
+// ranks of its node, as symmetric memory's meetings (symmetric.hpp) and
+// the mailboxes (mailbox.hpp) do.
+//
+// NodeWait is what it needs: who it is, whose connections to watch for a
+// death or an abort notice, how long to spin and yield before sleeping,
+// the communicator's abort flag, and where to show progress.
+// wait_for_peer() is the wait itself: spin, yield, then sleep on the
+// rank's doorbell; ring_sleepers() is the other side, which wakes the
+// peers that sleep; check_not_aborted() and peer_closed() are what a wait
+// watches.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <optional>
+#include <thread>
 #include <vector>
 
+#include <kizuna/error.hpp>
+
+#include "comm/executor.hpp"
 #include "comm/history.hpp"
+#include "core/check.hpp"
+#include "core/spin_lock.hpp"
 #include "transport/link.hpp"
+#include "transport/shm/futex.hpp"
 
 namespace kizuna::comm {
 
@@ -22,5 +38,121 @@ struct NodeWait {
   const std::atomic<bool>* aborted = nullptr;  // the communicator's broken flag
   LiveProgress* live = nullptr;
 };
+
+// Throws Aborted when the communicator was aborted.
+inline void check_not_aborted(const NodeWait& node, const RunLabel& label) {
+  if (node.aborted && node.aborted->load(std::memory_order_relaxed))
+    KIZUNA_THROW(ErrorCode::Aborted, label.str(), ": the communicator was aborted");
+}
+
+// Whether `peer`'s connection has closed. When it closed behind an abort
+// notice, throws the error the notice stands for, kept in `cause` to pass
+// on unchanged; `failed_peer` is the peer in both cases (the caller decides
+// whether a closed connection is a PeerLost).
+inline bool peer_closed(const NodeWait& node, int peer, int& failed_peer,
+                        std::optional<transport::AbortNotice>& cause) {
+  transport::Link* link = node.links.at(peer);
+  if (link == nullptr || !link->peer_closed()) return false;
+  failed_peer = peer;
+  if (const transport::AbortNotice* notice = link->received_abort()) {
+    cause = *notice;
+    throw transport::notice_error(*notice);
+  }
+  return true;
+}
+
+// A rank's doorbell, in its own part of shared memory: its peers ring it
+// when `sleeping` says the rank sleeps on it.
+struct Doorbell {
+  std::atomic<std::uint32_t>& bell;
+  std::atomic<std::uint32_t>& sleeping;
+};
+
+// Rings the doorbell of every peer that sleeps. Call it after the release
+// store a peer may be waiting for: the fence here pairs with the sleeper's
+// (see wait_for_peer), so either the sleeper sees the store or this rank
+// sees it asleep.
+template <class DoorbellOf>
+void ring_sleepers(const NodeWait& node, DoorbellOf&& doorbell_of) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int r = 0; r < node.world; ++r) {
+    if (r == node.rank) continue;
+    const Doorbell d = doorbell_of(r);
+    if (d.sleeping.load(std::memory_order_relaxed)) {
+      d.bell.fetch_add(1, std::memory_order_relaxed);
+      transport::futex_wake_all(&d.bell);
+    }
+  }
+}
+
+// Waits until `arrived()` holds for `peer`. A peer that is there answers
+// within the first rounds, so most waits never look at the clock. Then it
+// spins for node.spin, offering the core every few microseconds so that a
+// peer sharing it runs; yields for node.yield; then sleeps on `mine`, a
+// nap at a time. `check()` throws when the peer is lost or the
+// communicator aborted: every so often while spinning and before each
+// nap. Timeout at the deadline, naming the peer. A caller that must not be
+// held (`patience` other than Executor::kHoldOn) never sleeps, and gets
+// false once `patience` has passed; true when the peer arrived.
+template <class Arrived, class Check>
+bool wait_for_peer(const NodeWait& node, Doorbell mine, int peer, std::chrono::steady_clock::time_point deadline,
+                   std::chrono::steady_clock::duration patience, const RunLabel& label, Arrived&& arrived,
+                   Check&& check) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kClockEvery = 16;
+  constexpr auto kSpinYieldEvery = std::chrono::microseconds(5);
+  constexpr auto kNap = std::chrono::milliseconds(2);
+  if (arrived()) return true;
+  Clock::time_point start, spin_until, yield_until, next_yield;
+  bool asleep_shown = false;
+  for (int idle = 1; !arrived(); ++idle) {
+    if (idle % kClockEvery != 0) {
+      core::cpu_relax();
+      continue;
+    }
+    const Clock::time_point now = Clock::now();
+    if (idle == kClockEvery) {
+      start = now;
+      spin_until = now + node.spin;
+      yield_until = spin_until + node.yield;
+      next_yield = now + kSpinYieldEvery;
+      if (node.live) node.live->awaiting.store(peer, std::memory_order_relaxed);
+    }
+    if (now >= deadline)
+      KIZUNA_THROW(ErrorCode::Timeout, "timed out after ",
+                   std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(), " ms waiting for rank ",
+                   peer, " in ", label.str());
+    if (patience != Executor::kHoldOn && now - start >= patience) return false;
+    if (idle % (kClockEvery * 64) == 0) check();
+    if (now < spin_until) {
+      if (now >= next_yield) {
+        std::this_thread::yield();
+        next_yield = now + kSpinYieldEvery;
+      }
+      continue;
+    }
+    if (now < yield_until || patience != Executor::kHoldOn) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (node.live && !asleep_shown) {  // for the stuck-rank report
+      node.live->asleep_since(now);
+      asleep_shown = true;
+    }
+    check();
+    // Announced, fenced, then a last look: either the peer sees this rank
+    // asleep and rings (ring_sleepers), or this rank sees it arrived.
+    mine.sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const std::uint32_t bell = mine.bell.load(std::memory_order_acquire);
+    if (!arrived()) {
+      const auto nap = std::min<Clock::duration>(kNap, std::max<Clock::duration>(deadline - now, {}));
+      transport::futex_wait(&mine.bell, bell, std::chrono::duration_cast<std::chrono::microseconds>(nap));
+    }
+    mine.sleeping.store(0, std::memory_order_relaxed);
+  }
+  if (node.live) node.live->done_waiting();
+  return true;
+}
 
 }  // namespace kizuna::comm

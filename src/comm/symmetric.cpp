@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
-#include "transport/shm/futex.hpp"
 #include "transport/shm/segment.hpp"
 
 namespace kizuna::comm {
@@ -30,10 +28,6 @@ namespace {
 // The folds of phase 1 go block by block, so that the block being summed
 // stays in the first-level caches while every rank's part is added to it.
 constexpr std::size_t kFoldBlockBytes = 32 << 10;
-// How long one sleep may last before the peers' connections and the
-// communicator's abort are looked at again.
-constexpr auto kNap = std::chrono::milliseconds(2);
-constexpr int kClockEvery = 64;
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
 
@@ -207,29 +201,17 @@ std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::by_number(std::uin
 
 void SymmetricMemory::arrive(std::uint64_t phase) {
   sync_[setup_.rank].header()->arrived.store(phase, std::memory_order_release);
-  // Pairs with the sleeper's fence: either it sees the phase, or we see it
-  // asleep and ring.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (int r = 0; r < setup_.world; ++r) {
-    if (r == setup_.rank) continue;
-    RegionHeader* h = sync_[r].header();
-    if (h->sleeping.load(std::memory_order_relaxed)) {
-      h->doorbell.fetch_add(1, std::memory_order_relaxed);
-      transport::futex_wake_all(&h->doorbell);
-    }
-  }
+  ring_sleepers(setup_, [&](int r) { return doorbell(r); });
+}
+
+Doorbell SymmetricMemory::doorbell(int rank) const {
+  RegionHeader* h = sync_[rank].header();
+  return {h->doorbell, h->sleeping};
 }
 
 void SymmetricMemory::check_peer(int peer, std::uint64_t phase, const RunLabel& label) {
-  if (setup_.aborted && setup_.aborted->load(std::memory_order_relaxed))
-    KIZUNA_THROW(ErrorCode::Aborted, label.str(), ": the communicator was aborted");
-  transport::Link* link = setup_.links.at(peer);
-  if (!link->peer_closed()) return;
-  failed_peer_ = peer;
-  if (const transport::AbortNotice* notice = link->received_abort()) {
-    cause_ = *notice;
-    throw transport::notice_error(*notice);
-  }
+  check_not_aborted(setup_, label);
+  if (!peer_closed(setup_, peer, failed_peer_, cause_)) return;
   // A peer that reached the meeting and then closed has left after its
   // last call: not a failure.
   if (sync_[peer].header()->arrived.load(std::memory_order_acquire) >= phase) {
@@ -240,44 +222,13 @@ void SymmetricMemory::check_peer(int peer, std::uint64_t phase, const RunLabel& 
 }
 
 void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadline, const RunLabel& label) {
-  RegionHeader* me = sync_[setup_.rank].header();
   for (int peer = 0; peer < setup_.world; ++peer) {
     if (peer == setup_.rank) continue;
     const auto& arrived = sync_[peer].header()->arrived;
-    if (arrived.load(std::memory_order_acquire) >= phase) continue;
-    if (setup_.live) setup_.live->awaiting.store(peer, std::memory_order_relaxed);
-    const Clock::time_point start = Clock::now();
-    const Clock::time_point spin_until = start + setup_.spin, yield_until = spin_until + setup_.yield;
-    bool announced = false;
-    for (int idle = 1; arrived.load(std::memory_order_acquire) < phase; ++idle) {
-      if (idle % kClockEvery != 0) continue;
-      const Clock::time_point now = Clock::now();
-      if (now >= deadline)
-        KIZUNA_THROW(ErrorCode::Timeout, "timed out after ",
-                     std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
-                     " ms waiting for rank ", peer, " in ", label.str());
-      if (now < spin_until) continue;
-      if (now < yield_until) {
-        std::this_thread::yield();
-        continue;
-      }
-      if (setup_.live && !announced) {  // for the stuck-rank report
-        setup_.live->asleep_since(now);
-        announced = true;
-      }
-      check_peer(peer, phase, label);
-      // Asleep: announced, fenced, then a last look (see arrive()).
-      me->sleeping.store(1, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      const std::uint32_t bell = me->doorbell.load(std::memory_order_acquire);
-      if (arrived.load(std::memory_order_acquire) < phase)
-        transport::futex_wait(&me->doorbell, bell,
-                              std::chrono::duration_cast<std::chrono::microseconds>(
-                                  std::min<Clock::duration>(kNap, std::max<Clock::duration>(deadline - now, {}))));
-      me->sleeping.store(0, std::memory_order_relaxed);
-    }
+    wait_for_peer(
+        setup_, doorbell(setup_.rank), peer, deadline, Executor::kHoldOn, label,
+        [&] { return arrived.load(std::memory_order_acquire) >= phase; }, [&] { check_peer(peer, phase, label); });
   }
-  if (setup_.live) setup_.live->done_waiting();
 }
 
 void SymmetricMemory::check_staged_calls(const RegionCall& mine, const RunLabel& label) const {

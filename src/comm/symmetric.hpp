@@ -33,7 +33,7 @@
 // slot, and what a round stages stays in the caches while it is read.
 //
 // Waiting spins, yields, then sleeps on the rank's doorbell, like the
-// executor; it watches the awaited peer's connection (its death is
+// executor (comm/node_wait.hpp, as for the mailboxes); it watches the awaited peer's connection (its death is
 // PeerLost, its abort notice that error) and the communicator's abort, and
 // ends in Timeout at the deadline. Every rank must make the same calls on
 // symmetric memory: a rank that passes ordinary memory where its peers
@@ -145,6 +145,7 @@ class SymmetricMemory {
   std::shared_ptr<Allocation> by_number(std::uint64_t number) const;
   // Advances this rank's phase and wakes sleeping peers.
   void arrive(std::uint64_t phase);
+  Doorbell doorbell(int rank) const;
   // Until every peer has reached `phase`.
   void wait_for_all(std::uint64_t phase, Clock::time_point deadline, const RunLabel& label);
   // Throws when `peer` is dead or has failed (unless it reached `phase`
