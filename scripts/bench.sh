@@ -24,6 +24,7 @@ worlds=${BENCH_WORLDS:-2 4}
 out=${BENCH_OUT:-$build/bench-results}
 rm -rf "$out"
 mkdir -p "$out"
+(cd "$root" && /usr/bin/python3 bench/compare/report.py stamp --results "$out")
 
 source "$root/bench/compare/launcher.sh"
 

@@ -74,6 +74,7 @@ ring_rate() { "$build/bench/compare/tcp-ring-rate" --seconds 2 ${congestion:+--c
 rm -rf "$out"
 mkdir -p "$out"
 cat /proc/sys/net/ipv4/tcp_congestion_control >"$out/tcp-congestion.txt" 2>/dev/null || true
+(cd "$root" && /usr/bin/python3 bench/compare/report.py stamp --results "$out")
 source "$root/bench/compare/launcher.sh"
 
 mpi() {
