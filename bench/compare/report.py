@@ -496,7 +496,7 @@ def compare(args):
             mem_single[w] = (ring1, sym1)
             out.append(f"  - {w} ranks on {cores} cores: p = {p}, (p/n) x 2 / (1/{rcp:.2f} + 1/{rrp:.2f}) = "
                        f"**{sym:.2f} GB/s** (with one process's rates instead, {sym1:.2f} GB/s).")
-        out.append("- Private buffers from `KIZUNA_STAGED_FROM` (64 KiB when ranks outnumber cores, 8 MiB "
+        out.append("- Private buffers from `KIZUNA_STAGED_FROM` (64 KiB when ranks outnumber cores, 4 MiB "
                    "when they fit; docs/symmetric-memory.md#private-buffers-the-staged-all-reduce) take "
                    "the staged all-reduce: symmetric memory's algorithm on copies made, round by round, "
                    "into a staging memory of 512 KiB per rank, which stays in the caches. What it moves "

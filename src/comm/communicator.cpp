@@ -1350,12 +1350,13 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     // staged_from bytes on. A rank that asks for none, or a size its peers
     // do not, leaves every rank without it. Measured, in-place float32
     // against the slots (docs/symmetric-memory.md): 4 ranks on 2 cores,
-    // 1.4-1.6x at 1 and 16 MiB; 2 ranks on 2 cores, level or behind up to
-    // 4 MiB, 1.2-1.6x at 8 and 64 MiB in 5 of 6 alternations.
+    // 1.35-1.75x at 1 and 16 MiB; 2 ranks on 2 cores, level or behind up
+    // to 1 MiB, 1.01-1.10x at 4 MiB in 7 of 8 alternations, 1.2-1.6x at 8
+    // and 64 MiB in 5 of 6.
     impl->staged_from = options.staged_from ? *options.staged_from
                         : env.staged_from >= 0 ? static_cast<std::size_t>(env.staged_from)
                         : oversubscribed       ? 64 << 10
-                                               : 8 << 20;
+                                               : 4 << 20;
     impl->symmetric->allocate_staging(env.staging_bytes >= 0 ? static_cast<std::size_t>(env.staging_bytes)
                                                              : kStagingBytes,
                                       Clock::now() + setup);
