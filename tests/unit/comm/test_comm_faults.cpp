@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include <kizuna/config.hpp>
@@ -219,6 +220,11 @@ TEST_CASE("a completion callback may hold the last reference to its communicator
   comms[0].reset();
   comms[1]->all_reduce(b.data(), b.size(), DataType::Float32, ReduceOp::Sum).wait();
   w.wait();
+  // Callbacks run after the Work is published finished (work.hpp): the
+  // worker may still be on its way to this one when wait() returns.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!ran.load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CHECK(ran.load());
   CHECK(a[0] == 3.0f);
   CHECK(b[12345] == 3.0f);
