@@ -1351,7 +1351,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     // do not, leaves every rank without it. Measured, in-place float32
     // against the slots (docs/symmetric-memory.md): 4 ranks on 2 cores,
     // 1.35-1.75x at 1 and 16 MiB; 2 ranks on 2 cores, level or behind up
-    // to 1 MiB, 1.01-1.10x at 4 MiB in 7 of 8 alternations, 1.2-1.6x at 8
+    // to 2 MiB, 1.01-1.10x at 4 MiB in 7 of 8 alternations, 1.2-1.6x at 8
     // and 64 MiB in 5 of 6.
     impl->staged_from = options.staged_from ? *options.staged_from
                         : env.staged_from >= 0 ? static_cast<std::size_t>(env.staged_from)

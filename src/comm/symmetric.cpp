@@ -42,6 +42,16 @@ std::string region_name(std::uint64_t comm_id, std::uint64_t number, int rank,
 
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
+// Rank r's call `c` against this rank's: Mismatch naming both, on the path
+// `where` says, when the sequence, count, type or operation differ.
+void check_same_call(int r, const RegionCall& c, const RegionCall& mine, const char* where, const RunLabel& label) {
+  if (c.seq != mine.seq || c.count != mine.count || c.dtype != mine.dtype || c.op != mine.op)
+    KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq, " (", c.count, " of ",
+                 name(static_cast<DataType>(c.dtype)), ", ", name(static_cast<ReduceOp>(c.op)), ") ", where,
+                 " where this rank is in #", mine.seq, " (", mine.count, " of ",
+                 name(static_cast<DataType>(mine.dtype)), ", ", name(static_cast<ReduceOp>(mine.op)), ")");
+}
+
 }  // namespace
 
 SymmetricMemory::SymmetricMemory(SymmetricSetup setup) : setup_(std::move(setup)) {}
@@ -237,11 +247,7 @@ void SymmetricMemory::check_staged_calls(const RegionCall& mine, const RunLabel&
     if (c.input_region != kStagedCall)
       KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq,
                    " on symmetric memory with buffers of that kind, where this rank's buffers are private and staged");
-    if (c.seq != mine.seq || c.count != mine.count || c.dtype != mine.dtype || c.op != mine.op)
-      KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq, " (", c.count, " of ",
-                   name(static_cast<DataType>(c.dtype)), ", ", name(static_cast<ReduceOp>(c.op)),
-                   ") through the staging memory where this rank is in #", mine.seq, " (", mine.count, " of ",
-                   name(static_cast<DataType>(mine.dtype)), ", ", name(static_cast<ReduceOp>(mine.op)), ")");
+    check_same_call(r, c, mine, "through the staging memory", label);
   }
 }
 
@@ -255,11 +261,7 @@ void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
     if (c.input_region == kStagedCall)
       KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq,
                    " with private buffers, staged, where this rank's buffers are symmetric memory");
-    if (c.seq != mine.seq || c.count != mine.count || c.dtype != mine.dtype || c.op != mine.op)
-      KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq, " (", c.count, " of ",
-                   name(static_cast<DataType>(c.dtype)), ", ", name(static_cast<ReduceOp>(c.op)),
-                   ") on symmetric memory where this rank is in #", mine.seq, " (", mine.count, " of ",
-                   name(static_cast<DataType>(mine.dtype)), ", ", name(static_cast<ReduceOp>(mine.op)), ")");
+    check_same_call(r, c, mine, "on symmetric memory", label);
     auto in = by_number(c.input_region), out = by_number(c.output_region);
     if (!in || !out || c.input_offset > in->bytes || bytes > in->bytes - c.input_offset ||
         c.output_offset > out->bytes || bytes > out->bytes - c.output_offset)

@@ -33,11 +33,14 @@
 // slot, and what a round stages stays in the caches while it is read.
 //
 // Waiting spins, yields, then sleeps on the rank's doorbell, like the
-// executor (comm/node_wait.hpp, as for the mailboxes); it watches the awaited peer's connection (its death is
-// PeerLost, its abort notice that error) and the communicator's abort, and
-// ends in Timeout at the deadline. Every rank must make the same calls on
-// symmetric memory: a rank that passes ordinary memory where its peers
-// pass symmetric memory leaves them waiting until their deadline.
+// executor (comm/node_wait.hpp, as for the mailboxes); it watches the
+// awaited peer's connection (its death is PeerLost, its abort notice that
+// error) and the communicator's abort, and ends in Timeout at the
+// deadline. Every rank must make the same calls on symmetric memory: a
+// rank that passes ordinary memory where its peers pass symmetric memory
+// takes the staged path, and all fail with Mismatch at the first meeting,
+// when the call is large enough for it; otherwise it goes through the
+// slots and leaves them waiting until their deadline.
 //
 // The registry is thread-safe (allocations come from callers' threads,
 // calls from the communicator's worker); all_reduce() runs on one thread

@@ -112,6 +112,15 @@ bool parse_bool(std::string_view variable, std::string_view text) {
                "' is not a boolean; accepted: 1/0, true/false, yes/no, on/off");
 }
 
+std::int64_t parse_auto_size(std::string_view variable, std::string_view text, std::uint64_t min,
+                             std::uint64_t max, std::string_view accepted, bool zero_too) {
+  if (trim_lower(text) == "auto") return -1;
+  const std::uint64_t bytes = parse_size(variable, text);
+  if (!(zero_too && bytes == 0) && (bytes < min || bytes > max))
+    KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text, "' is out of range; accepted: ", accepted);
+  return static_cast<std::int64_t>(bytes);
+}
+
 std::int64_t parse_int(std::string_view variable, std::string_view text, std::int64_t min,
                        std::int64_t max) {
   const std::string value = trim_lower(text);
@@ -216,40 +225,15 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SHM_BYTES='", *v,
                    "' is out of range; accepted: 64K .. 1G");
   }
-  if (auto v = lookup("KIZUNA_SYMMETRIC_FROM")) {
-    if (trim_lower(*v) != "auto") {
-      const std::uint64_t bytes = parse_size("KIZUNA_SYMMETRIC_FROM", *v);
-      if (bytes > (1ull << 62))
-        KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SYMMETRIC_FROM='", *v, "' is out of range; accepted: auto or 0 .. 4E");
-      env.symmetric_from = static_cast<std::int64_t>(bytes);
-    }
-  }
-  if (auto v = lookup("KIZUNA_MAILBOX_UPTO")) {
-    if (trim_lower(*v) != "auto") {
-      const std::uint64_t bytes = parse_size("KIZUNA_MAILBOX_UPTO", *v);
-      if (bytes > 1024)
-        KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_MAILBOX_UPTO='", *v,
-                     "' is out of range; accepted: auto or 0 .. 1K (0: no mailboxes)");
-      env.mailbox_upto = static_cast<std::int64_t>(bytes);
-    }
-  }
-  if (auto v = lookup("KIZUNA_STAGED_FROM")) {
-    if (trim_lower(*v) != "auto") {
-      const std::uint64_t bytes = parse_size("KIZUNA_STAGED_FROM", *v);
-      if (bytes > (1ull << 62))
-        KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_STAGED_FROM='", *v, "' is out of range; accepted: auto or 0 .. 4E");
-      env.staged_from = static_cast<std::int64_t>(bytes);
-    }
-  }
-  if (auto v = lookup("KIZUNA_STAGING_BYTES")) {
-    if (trim_lower(*v) != "auto") {
-      const std::uint64_t bytes = parse_size("KIZUNA_STAGING_BYTES", *v);
-      if (bytes != 0 && (bytes < (64u << 10) || bytes > (1u << 30)))
-        KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_STAGING_BYTES='", *v,
-                     "' is out of range; accepted: auto, 0 (no staging) or 64K .. 1G");
-      env.staging_bytes = static_cast<std::int64_t>(bytes);
-    }
-  }
+  if (auto v = lookup("KIZUNA_SYMMETRIC_FROM"))
+    env.symmetric_from = parse_auto_size("KIZUNA_SYMMETRIC_FROM", *v, 0, 1ull << 62, "auto or 0 .. 4E");
+  if (auto v = lookup("KIZUNA_MAILBOX_UPTO"))
+    env.mailbox_upto = parse_auto_size("KIZUNA_MAILBOX_UPTO", *v, 0, 1024, "auto or 0 .. 1K (0: no mailboxes)");
+  if (auto v = lookup("KIZUNA_STAGED_FROM"))
+    env.staged_from = parse_auto_size("KIZUNA_STAGED_FROM", *v, 0, 1ull << 62, "auto or 0 .. 4E");
+  if (auto v = lookup("KIZUNA_STAGING_BYTES"))
+    env.staging_bytes = parse_auto_size("KIZUNA_STAGING_BYTES", *v, 64u << 10, 1u << 30,
+                                        "auto, 0 (no staging) or 64K .. 1G", true);
   if (auto v = lookup("KIZUNA_TCP_CONGESTION")) {
     const std::string value = trim_lower(*v);
     const bool name = !value.empty() && value.size() <= 15 &&

@@ -92,6 +92,10 @@ std::pair<std::string, int> parse_device(std::string_view variable, std::string_
 //   booleans: 1/0, true/false, yes/no, on/off
 std::chrono::milliseconds parse_duration(std::string_view variable, std::string_view text);
 std::uint64_t parse_size(std::string_view variable, std::string_view text);
+// "auto" (-1), or a size (parse_size) in [min, max], or 0 when `zero_too`;
+// otherwise InvalidArgument ending "accepted: " + `accepted`.
+std::int64_t parse_auto_size(std::string_view variable, std::string_view text, std::uint64_t min,
+                             std::uint64_t max, std::string_view accepted, bool zero_too = false);
 bool parse_bool(std::string_view variable, std::string_view text);
 std::int64_t parse_int(std::string_view variable, std::string_view text, std::int64_t min,
                        std::int64_t max);

@@ -8,6 +8,7 @@
 
 #include <kizuna/types.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,29 @@ test::ProcessResult run_perf(const std::vector<std::string>& args) {
   argv.insert(argv.end(), args.begin(), args.end());
   group.start(argv, {{"KIZUNA_STORE_TIMEOUT", "60"}, {"KIZUNA_TIMEOUT", "60"}});
   return group.wait(90s).at(0);
+}
+
+// kizuna-perf `args` as 2 processes, ranks of one job on this host, with
+// `extra` environment variables: their results, rank 0's first, each
+// required to have succeeded.
+std::vector<test::ProcessResult> run_perf_2_processes(const std::vector<std::string>& args,
+                                                      const test::ProcessGroup::Env& extra,
+                                                      std::chrono::seconds limit) {
+  const std::string port = std::to_string(test::free_port());
+  test::ProcessGroup group;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> argv{kPerf};
+    argv.insert(argv.end(), args.begin(), args.end());
+    test::ProcessGroup::Env env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                                {"MASTER_PORT", port}, {"KIZUNA_STORE_TIMEOUT", "60"}, {"KIZUNA_TIMEOUT", "60"}};
+    env.insert(extra.begin(), extra.end());
+    group.start(argv, env);
+  }
+  const auto results = group.wait(limit);
+  INFO(results.at(0).output << results.at(1).output);
+  REQUIRE(results.at(0).ok());
+  REQUIRE(results.at(1).ok());
+  return results;
 }
 
 std::vector<std::string> split(const std::string& line) {
@@ -288,20 +312,9 @@ TEST_CASE("kizuna-perf -R 2 checks all-reduces on symmetric memory, every type a
     CHECK(output.find("symmetric buffers") != std::string::npos);
   };
   {
-    const std::string port = std::to_string(test::free_port());
-    test::ProcessGroup group;
-    for (int r = 0; r < 2; ++r) {
-      std::vector<std::string> argv{kPerf};
-      argv.insert(argv.end(), sweep.begin(), sweep.end());
-      group.start(argv, {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                         {"MASTER_PORT", port}, {"KIZUNA_STORE_TIMEOUT", "60"}, {"KIZUNA_TIMEOUT", "60"},
-                         {"KIZUNA_SYMMETRIC_FROM", "0"}});
-    }
-    const auto results = group.wait(90s);
-    INFO(results.at(0).output << results.at(1).output);
-    REQUIRE(results.at(0).ok());
-    REQUIRE(results.at(1).ok());
-    check_rows(results.at(0).output);
+    const std::string output = run_perf_2_processes(sweep, {{"KIZUNA_SYMMETRIC_FROM", "0"}}, 90s).at(0).output;
+    INFO(output);
+    check_rows(output);
   }
   std::vector<std::string> threads{"--threads", "3"};
   threads.insert(threads.end(), sweep.begin(), sweep.end());
@@ -320,20 +333,9 @@ TEST_CASE("kizuna-perf checks staged all-reduces of private buffers, every type 
   // path; 4 MiB is many rounds of the staging memory.
   const std::vector<std::string> sweep{"--transport", "shm", "-d", "all", "-o", "all", "-b", "4",
                                        "-e", "4M", "-f", "32", "-n", "1", "-w", "1"};
-  const std::string port = std::to_string(test::free_port());
-  test::ProcessGroup group;
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> argv{kPerf};
-    argv.insert(argv.end(), sweep.begin(), sweep.end());
-    group.start(argv, {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                       {"MASTER_PORT", port}, {"KIZUNA_STORE_TIMEOUT", "60"}, {"KIZUNA_TIMEOUT", "60"},
-                       {"KIZUNA_STAGED_FROM", "0"}});
-  }
-  const auto results = group.wait(120s);
-  INFO(results.at(0).output << results.at(1).output);
-  REQUIRE(results.at(0).ok());
-  REQUIRE(results.at(1).ok());
-  const auto rows = table_rows(results.at(0).output);
+  const std::string output = run_perf_2_processes(sweep, {{"KIZUNA_STAGED_FROM", "0"}}, 120s).at(0).output;
+  INFO(output);
+  const auto rows = table_rows(output);
   // 10 types x 5 operators, less avg for the 6 integer types; 5 sizes each.
   CHECK(rows.size() == (10 * 5 - 6) * 5);
   for (const auto& w : rows) {
