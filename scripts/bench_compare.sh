@@ -25,6 +25,9 @@
 #                  against) and with blocks of BENCH_MAX (from memory; when
 #                  BENCH_MAX is 8 MiB or more); and with 1 MiB blocks under the
 #                  system's congestion control, the one Gloo and Open MPI use
+#   cache-distance the round trip of a cache line between the first two CPUs,
+#                  before and after each configuration's sweep from 2 KiB:
+#                  on a virtual machine, the host's placement of its CPUs
 # bench/compare/report.py then takes medians over the repetitions, derives
 # the ceilings, checks the targets and plots.
 #
@@ -52,7 +55,7 @@ small_sweep=(-b 4 -e "$((max_bytes < 1024 ? max_bytes : 1024))" -f 2 -n "$small_
 large_sweep=()
 ((max_bytes > 1024)) && large_sweep=(-b 2K -e "$max" -f 2 -n "$iters" -w "$warmup")
 
-for tool in bin/kizuna-perf bench/bench_reduce bench/compare/tcp-ring-rate; do
+for tool in bin/kizuna-perf bench/bench_reduce bench/compare/tcp-ring-rate bench/compare/cache-distance; do
   [[ -x "$build/$tool" ]] || { echo "bench_compare.sh: $build/$tool is not built" >&2; exit 1; }
 done
 have_gloo=0
@@ -91,6 +94,7 @@ run() {
   local name=$1
   shift
   echo "-- $name"
+  distance "$name"
   if "$@" --json "$out/$name.json" >"$out/$name.txt" 2>"$out/$name.err" && [[ -s "$out/$name.json" ]]; then
     grep -E '^(\[0\] )?# Avg bus bandwidth' "$out/$name.txt" || true
   else
@@ -99,6 +103,13 @@ run() {
     [[ -f "$out/$name.json" ]] && mv "$out/$name.json" "$out/$name.failed.json"
     echo "$name" >>"$out/failures.txt"
   fi
+  distance "$name"
+}
+
+# distance NAME: where this machine's first two CPUs are, before and after a
+# sweep from 2 KiB (cache-distance: one line each into $out/NAME.distance).
+distance() {
+  [[ $1 == *-small ]] || "$build/bench/compare/cache-distance" >>"$out/$1.distance" 2>/dev/null || true
 }
 
 # sweep NAME COMMAND...: both sweeps of one configuration, one after the other.

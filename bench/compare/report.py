@@ -324,6 +324,86 @@ COLOURS = {"auto": "#7b1fa2", "symmetric": "#d81b60", "ring": "#2e7d32", "tree":
            "gloo-bcube": "#c0ca33"}
 
 
+FAR_NS = 280  # cache-distance's round trip above which two CPUs' caches are far apart
+
+
+def load_distances(results):
+    """{(label, world, rep): [round trip ns, ...]}: cache-distance's measurements
+    before and after the sweep from 2 KiB of each configuration (NAME.distance)."""
+    out = {}
+    for path in glob.glob(os.path.join(results, "*.distance")):
+        m = re.fullmatch(r"(?P<label>(kizuna|gloo|mpi)-[a-z_-]+?)-n(?P<world>\d+)-r(?P<rep>\d+)\.distance",
+                         os.path.basename(path))
+        if not m:
+            continue
+        trips = [float(x.group(1)) for x in re.finditer(r"round-trip-ns (\d+(?:\.\d+)?)", open(path).read())]
+        if trips:
+            out[(m.group("label"), int(m.group("world")), int(m.group("rep")))] = trips
+    return out
+
+
+def placement_section(runs, distances, worlds):
+    """Where the two CPUs were for each shared-memory configuration's repetitions, with its
+    busbw at 1 MiB, and kizuna against Open MPI over the repetitions both drew alike."""
+    if not distances:
+        return []
+    shm = [c for c in COMPARE_CONFIGS if c[2] == "shm"]
+    out = ["### Where the two CPUs were", "",
+           "This machine's two CPUs are virtual: the host places them, and moves them, so that they "
+           "share a last-level cache one minute (\"near\") and not the next (\"far\"). "
+           "`cache-distance` (bench/compare/cache_distance.cpp) measured the round trip of one cache "
+           "line between them right before and right after each configuration's sweep from 2 KiB; "
+           f"a round trip over {FAR_NS} ns is far. Cells: round trips before / after, and that "
+           "repetition's busbw at 1 MiB.", ""]
+    notes = []
+    for w in worlds:
+        present = [c for c in shm if (c[0], w) in runs]
+        reps = sorted({doc["rep"] for c in present for doc in runs[(c[0], w)]})
+        if not present or not any((c[0], w, r) in distances for c in present for r in reps):
+            continue
+        out += [f"{w} ranks:", "", "| configuration | " + " | ".join(f"repetition {r}" for r in reps) + " |",
+                "|---|" + "---|" * len(reps)]
+        for label, title, _ in present:
+            cells = []
+            for r in reps:
+                trips = distances.get((label, w, r))
+                at = [row["in_place"]["busbw"] for doc in runs[(label, w)] if doc["rep"] == r
+                      for row in doc["results"] if row["size"] == MIB and row.get("in_place")]
+                text = " / ".join(f"{t:.0f}" for t in trips) + " ns" if trips else "n/a"
+                if at:
+                    text += f": {number(at[0], 'busbw')} GB/s"
+                cells.append(text)
+            out.append(f"| {title} | " + " | ".join(cells) + " |")
+        out.append("")
+        # kizuna auto against Open MPI, repetition by repetition, where both drew one placement.
+        for kind in ("near", "far"):
+            def drew(label, r):
+                trips = distances.get((label, w, r))
+                return trips and all((t > FAR_NS) == (kind == "far") for t in trips)
+            ratios = []
+            for r in reps:
+                if not (drew("kizuna-shm-auto", r) and drew("mpi-shm", r)):
+                    continue
+                k = {row["size"]: row["in_place"]["busbw"] for doc in runs[("kizuna-shm-auto", w)]
+                     if doc["rep"] == r for row in doc["results"] if row.get("in_place")}
+                m = {row["size"]: row["in_place"]["busbw"] for doc in runs[("mpi-shm", w)]
+                     if doc["rep"] == r for row in doc["results"] if row.get("in_place")}
+                pairs = [(k[s] / m[s], s) for s in k if s in m and 64 * KIB <= s <= 64 * MIB and m[s]]
+                if pairs:
+                    ratios.append((min(pairs), r))
+            if ratios:
+                worst = min(ratios)
+                notes.append(f"{w} ranks, both {kind}: kizuna shm auto at least {worst[0][0]:.2f}x Open MPI shm "
+                             f"from 64 KiB to 64 MiB in repetition" + ("s " if len(ratios) > 1 else " ")
+                             + ", ".join(str(r) for _, r in sorted(ratios, key=lambda x: x[1]))
+                             + f" (worst: {worst[0][0]:.2f}x at {human_size(worst[0][1])}, repetition {worst[1]}).")
+    if notes:
+        out += ["Kizuna against Open MPI within one repetition, where both drew the same placement "
+                "(the targets above are judged on the medians, whatever was drawn):", ""]
+        out += [f"- {n}" for n in notes] + [""]
+    return out
+
+
 def tic_label(v):
     for unit, scale in (("G", 1 << 30), ("M", MIB), ("K", KIB)):
         if v >= scale:
@@ -496,14 +576,15 @@ def compare(args):
             mem_single[w] = (ring1, sym1)
             out.append(f"  - {w} ranks on {cores} cores: p = {p}, (p/n) x 2 / (1/{rcp:.2f} + 1/{rrp:.2f}) = "
                        f"**{sym:.2f} GB/s** (with one process's rates instead, {sym1:.2f} GB/s).")
-        out.append("- Private buffers from `KIZUNA_STAGED_FROM` (64 KiB when ranks outnumber cores, 4 MiB "
-                   "when they fit; docs/symmetric-memory.md#private-buffers-the-staged-all-reduce) take "
+        out.append("- Private buffers from `KIZUNA_STAGED_FROM` (64 KiB; "
+                   "docs/symmetric-memory.md#private-buffers-the-staged-all-reduce) take "
                    "the staged all-reduce: symmetric memory's algorithm on copies made, round by round, "
-                   "into a staging memory of 512 KiB per rank, which stays in the caches. What it moves "
-                   "to and from memory is what the symmetric all-reduce moves, so **ceiling_sym(n) bounds "
-                   "it, and the 64 MiB target for private buffers is judged against ceiling_sym(n)**; "
-                   "ceiling(n), which charges every copy through a slot at memory's rate, does not bound "
-                   "it (the ratio to it is shown beside).")
+                   "into a staging memory of 512 KiB per rank, which stays in the caches while the CPUs' "
+                   "caches are near (and is streamed to memory while they are far, "
+                   "docs/symmetric-memory.md#where-the-staging-goes). What it moves "
+                   "to and from memory is then what the symmetric all-reduce moves, so **the 64 MiB target "
+                   "for private buffers is judged against ceiling_sym(n)**, the higher ceiling; "
+                   "ceiling(n), which charges every copy through a slot at memory's rate, is shown beside.")
     else:
         out.append("- memcpy/reduce rates: not measured (bench_reduce missing).")
     for w in worlds:
@@ -615,6 +696,8 @@ def compare(args):
             "symmetric buffers); the other kizuna rows, like Open MPI and Gloo, use private buffers.", "",
             "| ranks | target | measured | verdict |", "|---|---|---|---|"] + rows + [""]
     say += ["targets:"] + rows
+
+    out += placement_section(runs, load_distances(args.results), worlds)
 
     # Tables: busbw from 1 KiB up (below, it is ~0 and the time says more), time at every size.
     for w in worlds:

@@ -53,6 +53,13 @@ struct CommOptions {
   // path through the staging memory, when every rank shares one node;
   // unset: KIZUNA_STAGED_FROM (default: by measurement, see docs/env.md).
   std::optional<std::size_t> staged_from;
+  // How that path writes what peers read from its staging memory: "cache"
+  // (ordinary stores), "stream" (streaming stores, past the caches into
+  // memory, which a peer in another cache domain reads faster) or "auto"
+  // (probed every 64th such call when every rank has a core of its own;
+  // else cache). This rank's own choice. Empty: KIZUNA_STAGED_STORES
+  // (default auto).
+  std::string staged_stores;
   // The largest all-reduce, in bytes, that runs through the mailboxes (every
   // rank reads every peer's input from one shared cache line or a few) when
   // every rank shares one node; 0 turns them off. Unset:

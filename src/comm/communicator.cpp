@@ -1056,7 +1056,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
                       symmetric->staged_meetings(t.count * size_of(t.dtype), size_of(t.dtype)));
       symmetric->all_reduce_staged(call, deadline, t.label);
     } else {
-      history.started(t.history_id, "symmetric", 3);
+      history.started(t.history_id, "symmetric", symmetric->symmetric_meetings());
       const bool ran = symmetric->all_reduce(call, deadline, t.label);
       KIZUNA_CHECK(ran, t.label.str(), ": its buffers are no longer symmetric memory");
     }
@@ -1200,6 +1200,10 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
                                                                   : Algorithm::Auto;
   impl->slice_bytes = options.slice_bytes ? options.slice_bytes : env.slice_bytes;
   impl->check = options.check.value_or(env.check);
+  // Parsed before any rank waits on this one.
+  const core::Env::StagedStores asked =
+      options.staged_stores.empty() ? env.staged_stores
+                                    : core::parse_staged_stores("CommOptions.staged_stores", options.staged_stores);
   core::set_log_rank(options.rank);
 
   const auto setup = options.setup_timeout.count() > 0 ? options.setup_timeout : env.store_timeout;
@@ -1350,16 +1354,24 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     // staged_from bytes on. A rank that asks for none, or a size its peers
     // do not, leaves every rank without it. Measured, in-place float32
     // against the slots (docs/symmetric-memory.md): 4 ranks on 2 cores,
-    // 1.35-1.75x at 1 and 16 MiB; 2 ranks on 2 cores, level or behind up
-    // to 2 MiB, 1.01-1.10x at 4 MiB in 7 of 8 alternations, 1.2-1.6x at 8
-    // and 64 MiB in 5 of 6.
+    // 1.35-1.75x at 1 and 16 MiB; 2 ranks on 2 cores, 1.6-1.9x from 64 KiB
+    // to 2 MiB with their cores' caches far apart (streaming stores), and
+    // 0.70-0.75x at 64-128 KiB, 0.85-1.12x from 256 KiB, with them near:
+    // the worst placement decides.
     impl->staged_from = options.staged_from ? *options.staged_from
                         : env.staged_from >= 0 ? static_cast<std::size_t>(env.staged_from)
-                        : oversubscribed       ? 64 << 10
-                                               : 4 << 20;
+                                               : 64 << 10;
+    // How it is written: probed (Auto) when every rank has its own core;
+    // with more ranks than cores a peer that reads it may share the
+    // writer's core and caches, and a meeting's length is the scheduler's.
+    using Stores = comm::SymmetricMemory::Stores;
+    const Stores stores = asked == core::Env::StagedStores::Cache    ? Stores::Cache
+                          : asked == core::Env::StagedStores::Stream ? Stores::Stream
+                          : oversubscribed                          ? Stores::Cache
+                                                                    : Stores::Auto;
     impl->symmetric->allocate_staging(env.staging_bytes >= 0 ? static_cast<std::size_t>(env.staging_bytes)
                                                              : kStagingBytes,
-                                      Clock::now() + setup);
+                                      stores, Clock::now() + setup);
   }
   impl->p2p_sent.assign(impl->world, 0);
   impl->p2p_received.assign(impl->world, 0);

@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
+#include "core/stream_copy.hpp"
 #include "transport/shm/segment.hpp"
 
 namespace kizuna::comm {
@@ -28,6 +30,12 @@ namespace {
 // The folds of phase 1 go block by block, so that the block being summed
 // stays in the first-level caches while every rank's part is added to it.
 constexpr std::size_t kFoldBlockBytes = 32 << 10;
+// The probe of SymmetricMemory::Stores::Auto: the empty meetings it holds,
+// and the longest a meeting within one cache domain takes (2 ranks on this
+// project's machine took 125-220 ns with their cores' caches near, 360-640
+// ns with them far: docs/symmetric-memory.md#where-the-staging-goes).
+constexpr std::uint32_t kProbeMeetings = 8;
+constexpr auto kFarMeeting = std::chrono::nanoseconds(280);
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
 
@@ -275,6 +283,35 @@ void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
   }
 }
 
+template <class Meet>
+void SymmetricMemory::probe_placement(Meet&& meet, const RunLabel& label) {
+  // Empty meetings, every rank there since the last: how far apart the
+  // ranks' caches are. Each rank decides for its own stores.
+  std::array<Clock::duration, kProbeMeetings> took;
+  for (Clock::duration& t : took) {
+    const Clock::time_point start = Clock::now();
+    meet();
+    t = Clock::now() - start;
+  }
+  // The median: a meeting the scheduler interrupted says nothing.
+  std::nth_element(took.begin(), took.begin() + took.size() / 2, took.end());
+  const Clock::duration each = took[took.size() / 2];
+  const bool far = each > kFarMeeting;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(each).count();
+  if (far != streaming_) {
+    KIZUNA_LOG(Debug) << label.str() << ": a meeting took " << ns << " ns; writing for the peers with "
+                      << (far ? "streaming" : "ordinary") << " stores";
+  } else {
+    KIZUNA_LOG(Trace) << label.str() << ": a meeting took " << ns << " ns";
+  }
+  streaming_ = far;
+}
+
+void SymmetricMemory::copy_for_peers(void* to, const void* from, std::size_t bytes) const {
+  if (streaming_) core::stream_copy(to, from, bytes);
+  else std::memcpy(to, from, bytes);
+}
+
 bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, const RunLabel& label) {
   const std::size_t elem = size_of(call.dtype);
   const std::size_t bytes = call.count * elem;
@@ -295,23 +332,29 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
                         out.allocation->number,
                         in.offset,
                         out.offset};
+  const bool probe = probes();
+  const std::uint32_t steps = symmetric_meetings();
+  ++node_calls_;
   const std::uint64_t base = phase_;
-  phase_ += 3;
+  phase_ += steps;
   failed_peer_ = -1;
   cause_.reset();
-  // The three meetings are the call's steps, as the stuck-rank report
-  // shows them.
-  auto meet = [&](std::uint32_t k) {
-    if (setup_.live) setup_.live->step.store(k - 1, std::memory_order_relaxed);
-    arrive(base + k);
-    wait_for_all(base + k, deadline, label);
+  // The meetings are the call's steps, as the stuck-rank report shows
+  // them.
+  std::uint32_t step = 0;
+  auto meet = [&] {
+    if (setup_.live) setup_.live->step.store(step, std::memory_order_relaxed);
+    ++step;
+    arrive(base + step);
+    wait_for_all(base + step, deadline, label);
   };
-  if (setup_.live) setup_.live->begin(call.seq, 3);
+  if (setup_.live) setup_.live->begin(call.seq, steps);
   // Meeting 1: every rank's input is ready, and its call known.
-  meet(1);
+  meet();
   std::vector<const unsigned char*> inputs(world), outputs(world);
   std::vector<std::shared_ptr<Allocation>> keep;
   check_calls(me->call, label, inputs, outputs, keep);
+  if (probe) probe_placement(meet, label);
 
   // Rank q's chunk: elements [lo(q), lo(q + 1)).
   const std::size_t per = call.count / world, extra = call.count % world;
@@ -319,32 +362,43 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   // Phase 1: fold chunk `rank` of every input into this rank's output,
   // this rank's own first (in place, the output is that input).
   const std::size_t block = kFoldBlockBytes / elem * elem;
+  // Streaming, a block is folded where it stays in the first-level cache
+  // and streamed to the output, where the peers read it.
+  std::vector<unsigned char> folded(streaming_ ? block : 0);
   for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
     const std::size_t n = std::min(block, end - at) / elem;
-    core::reduce_into(out_begin + at, inputs[rank] + at, inputs[(rank + 1) % world] + at, n, call.dtype, call.op);
-    for (int k = 2; k < world; ++k) core::reduce(out_begin + at, inputs[(rank + k) % world] + at, n, call.dtype, call.op);
+    unsigned char* to = streaming_ ? folded.data() : out_begin + at;
+    core::reduce_into(to, inputs[rank] + at, inputs[(rank + 1) % world] + at, n, call.dtype, call.op);
+    for (int k = 2; k < world; ++k) core::reduce(to, inputs[(rank + k) % world] + at, n, call.dtype, call.op);
+    if (streaming_) core::stream_copy(out_begin + at, to, n * elem);
   }
   // Meeting 2: every chunk reduced.
-  meet(2);
-  // Phase 2: the peers' reduced chunks, out of their outputs.
+  meet();
+  // Phase 2: the peers' reduced chunks, out of their outputs (into this
+  // rank's, where they read them as inputs next call).
   for (int k = 1; k < world; ++k) {
     const int q = (rank + k) % world;
-    std::memcpy(out_begin + lo(q), outputs[q] + lo(q), lo(q + 1) - lo(q));
+    copy_for_peers(out_begin + lo(q), outputs[q] + lo(q), lo(q + 1) - lo(q));
   }
   // Meeting 3: nobody reads this rank's buffers any more.
-  meet(3);
+  meet();
   return true;
 }
 
-bool SymmetricMemory::allocate_staging(std::size_t bytes, Clock::time_point deadline) {
+bool SymmetricMemory::allocate_staging(std::size_t bytes, Stores stores, Clock::time_point deadline) {
   staging_ = allocate_any(bytes, deadline, false, bytes > 0);
+  stores_ = stores;
+  streaming_ = stores == Stores::Stream;
   return staging_ != nullptr;
 }
+
+std::uint32_t SymmetricMemory::symmetric_meetings() const { return 3 + (probes() ? kProbeMeetings : 0); }
 
 std::uint32_t SymmetricMemory::staged_meetings(std::size_t bytes, std::size_t elem) const {
   const std::size_t half = staging_ ? staging_->bytes / 2 / elem * elem : 0;
   if (half == 0) return 0;
-  return static_cast<std::uint32_t>(std::min<std::size_t>(UINT32_MAX, 2 * std::max<std::size_t>(1, (bytes + half - 1) / half)));
+  const std::size_t rounds = std::max<std::size_t>(1, (bytes + half - 1) / half);
+  return static_cast<std::uint32_t>(std::min<std::size_t>(UINT32_MAX, 2 * rounds + (probes() ? kProbeMeetings : 0)));
 }
 
 void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point deadline, const RunLabel& label) {
@@ -355,7 +409,9 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
   // A round takes what half a staging area holds; rounds alternate halves.
   const std::size_t half = staging_->bytes / 2 / elem * elem;
   const std::size_t round_count = half / elem;
-  const std::size_t rounds = steps / 2;
+  const bool probe = probes();
+  const std::size_t rounds = (steps - (probe ? kProbeMeetings : 0)) / 2;
+  ++node_calls_;
   RegionHeader* me = sync_[rank].header();
   me->call = RegionCall{call.seq, call.count, static_cast<std::uint32_t>(call.dtype),
                         static_cast<std::uint32_t>(call.op), kStagedCall, kStagedCall, 0, 0};
@@ -387,18 +443,21 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
     // folded straight from its input).
     for (int k = 1; k < world; ++k) {
       const int q = (rank + k) % world;
-      std::memcpy(area(rank) + lo(q), src + lo(q), lo(q + 1) - lo(q));
+      copy_for_peers(area(rank) + lo(q), src + lo(q), lo(q + 1) - lo(q));
     }
     // Meeting 1: every rank's part staged (the first: and its call known).
     meet();
-    if (r == 0) check_staged_calls(me->call, label);
+    if (r == 0) {
+      check_staged_calls(me->call, label);
+      if (probe) probe_placement(meet, label);
+    }
     // This rank's chunk: its input's share and every peer's, into its
     // output and, for the peers to copy, into its half.
     for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
       const std::size_t n = std::min(block, end - at);
       core::reduce_into(dst + at, src + at, area((rank + 1) % world) + at, n / elem, call.dtype, call.op);
       for (int k = 2; k < world; ++k) core::reduce(dst + at, area((rank + k) % world) + at, n / elem, call.dtype, call.op);
-      std::memcpy(area(rank) + at, dst + at, n);
+      copy_for_peers(area(rank) + at, dst + at, n);
     }
     // Meeting 2: every chunk reduced.
     meet();

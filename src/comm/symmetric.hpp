@@ -32,6 +32,11 @@
 // the slots' 9, in two meetings per round where a ring waits on every
 // slot, and what a round stages stays in the caches while it is read.
 //
+// What either path writes for its peers to read (the staging memory, an
+// output's reduced chunks) goes out with ordinary stores, or with
+// streaming ones when the ranks' cores sit in different cache domains:
+// see Stores below.
+//
 // Waiting spins, yields, then sleeps on the rank's doorbell, like the
 // executor (comm/node_wait.hpp, as for the mailboxes); it watches the
 // awaited peer's connection (its death is PeerLost, its abort notice that
@@ -93,13 +98,28 @@ class SymmetricMemory {
   std::vector<unsigned char*> allocate_internal(std::size_t bytes, Clock::time_point deadline,
                                                 std::shared_ptr<void>& keep);
 
+  // How all_reduce() and all_reduce_staged() write what peers read (the
+  // staging memory, and a symmetric output's chunks): with ordinary stores,
+  // left in this rank's caches (Cache); with streaming stores, past them
+  // into memory (Stream, core/stream_copy.hpp), which peers in another
+  // cache domain read faster; or as a meeting's duration says (Auto):
+  // every 64th call of the two, the first included, times a few empty
+  // meetings, and streams while one takes longer than a meeting within one
+  // cache domain does.
+  enum class Stores { Auto, Cache, Stream };
   // Collective, at creation: `bytes` of staging memory per rank for
   // all_reduce_staged(); false on every rank when one could not, or when
-  // one asks for none (bytes 0).
-  bool allocate_staging(std::size_t bytes, Clock::time_point deadline);
+  // one asks for none (bytes 0). `stores` is this rank's own choice, for
+  // both paths.
+  bool allocate_staging(std::size_t bytes, Stores stores, Clock::time_point deadline);
   bool staging() const { return staging_ != nullptr; }
-  // How many meetings all_reduce_staged() holds for `bytes` (its steps).
+  // Whether the next staged call writes with streaming stores (as the
+  // last probe decided, under Auto).
+  bool streaming() const { return streaming_; }
+  // How many meetings the next all_reduce_staged() holds for `bytes`, and
+  // the next all_reduce() (their steps).
   std::uint32_t staged_meetings(std::size_t bytes, std::size_t elem) const;
+  std::uint32_t symmetric_meetings() const;
 
   // Whether any allocation for the user has been made (cheap: for the hot
   // path).
@@ -171,6 +191,16 @@ class SymmetricMemory {
   std::uint64_t phase_ = 0;
   std::shared_ptr<Allocation> staging_;  // null: no staged all-reduce
   std::uint64_t staged_rounds_ = 0;      // rounds run: which half is next
+  std::uint64_t node_calls_ = 0;         // all_reduce() and all_reduce_staged() calls run: when to probe
+  Stores stores_ = Stores::Cache;
+  bool streaming_ = false;
+  // Under Stores::Auto: whether the next call probes.
+  bool probes() const { return stores_ == Stores::Auto && node_calls_ % 64 == 0; }
+  // The probe: times empty meetings (`meet` holds one) and sets streaming_.
+  template <class Meet>
+  void probe_placement(Meet&& meet, const RunLabel& label);
+  // memcpy, or core::stream_copy while streaming_: for what peers read.
+  void copy_for_peers(void* to, const void* from, std::size_t bytes) const;
   int failed_peer_ = -1;
   std::optional<transport::AbortNotice> cause_;
   mutable std::mutex mutex_;

@@ -121,6 +121,14 @@ std::int64_t parse_auto_size(std::string_view variable, std::string_view text, s
   return static_cast<std::int64_t>(bytes);
 }
 
+Env::StagedStores parse_staged_stores(std::string_view variable, std::string_view text) {
+  const std::string value = trim_lower(text);
+  if (value == "auto") return Env::StagedStores::Auto;
+  if (value == "cache") return Env::StagedStores::Cache;
+  if (value == "stream") return Env::StagedStores::Stream;
+  KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text, "' is not accepted; expected auto, cache or stream");
+}
+
 std::int64_t parse_int(std::string_view variable, std::string_view text, std::int64_t min,
                        std::int64_t max) {
   const std::string value = trim_lower(text);
@@ -150,6 +158,9 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_SHM_BYTES",
       "KIZUNA_SYMMETRIC_FROM",
       "KIZUNA_MAILBOX_UPTO",
+      "KIZUNA_STAGED_FROM",
+      "KIZUNA_STAGING_BYTES",
+      "KIZUNA_STAGED_STORES",
       "KIZUNA_TCP_CONGESTION",
       "KIZUNA_SPIN_US",
       "KIZUNA_YIELD_US",
@@ -234,6 +245,7 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_STAGING_BYTES"))
     env.staging_bytes = parse_auto_size("KIZUNA_STAGING_BYTES", *v, 64u << 10, 1u << 30,
                                         "auto, 0 (no staging) or 64K .. 1G", true);
+  if (auto v = lookup("KIZUNA_STAGED_STORES")) env.staged_stores = parse_staged_stores("KIZUNA_STAGED_STORES", *v);
   if (auto v = lookup("KIZUNA_TCP_CONGESTION")) {
     const std::string value = trim_lower(*v);
     const bool name = !value.empty() && value.size() <= 15 &&

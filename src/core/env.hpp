@@ -52,6 +52,9 @@ struct Env {
   std::int64_t mailbox_upto = -1;                      // KIZUNA_MAILBOX_UPTO (-1: auto)
   std::int64_t staging_bytes = -1;                     // KIZUNA_STAGING_BYTES (-1: auto)
   std::int64_t staged_from = -1;                       // KIZUNA_STAGED_FROM (-1: auto)
+  // How the staged all-reduce writes its staging memory (comm/symmetric.hpp).
+  enum class StagedStores { Auto, Cache, Stream };
+  StagedStores staged_stores = StagedStores::Auto;     // KIZUNA_STAGED_STORES
   // "auto", "system" or a kernel congestion control name (transport/tcp/congestion.hpp).
   std::string tcp_congestion = "auto";                 // KIZUNA_TCP_CONGESTION
   int spin_us = -1;                                    // KIZUNA_SPIN_US (-1: auto)
@@ -84,6 +87,10 @@ std::vector<std::string> process_variable_names();
 // "cpu", "cuda", "cuda:N" -> ("cpu"|"cuda", N or -1); InvalidArgument naming
 // `variable` otherwise.
 std::pair<std::string, int> parse_device(std::string_view variable, std::string_view text);
+
+// "auto", "cache", "stream" (any case) -> the staged all-reduce's stores;
+// InvalidArgument naming `variable` otherwise.
+Env::StagedStores parse_staged_stores(std::string_view variable, std::string_view text);
 
 // Value parsers shared with the tools. Each throws InvalidArgument naming
 // `variable` (an env var or a flag) and what it accepts.

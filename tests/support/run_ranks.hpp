@@ -2,14 +2,16 @@
 //
 // run_ranks(n, fn) runs fn(rank) on n threads and rethrows the lowest
 // rank's exception once every thread has finished.
-// make_comms(n, options) creates n communicators over one HashStore (the
-// creation is collective, so it happens on n threads at once).
+// make_comms(n, options[, adjust]) creates n communicators over one
+// HashStore (the creation is collective, so it happens on n threads at
+// once).
 #pragma once
 
 #include <kizuna/comm.hpp>
 #include <kizuna/hash_store.hpp>
 
 #include <exception>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -34,7 +36,10 @@ void run_ranks(int n, Fn&& fn) {
     if (e) std::rethrow_exception(e);
 }
 
-inline std::vector<std::shared_ptr<Communicator>> make_comms(int n, CommOptions options = {}) {
+// `adjust`, when given, changes one rank's options before it creates its
+// communicator.
+inline std::vector<std::shared_ptr<Communicator>> make_comms(
+    int n, CommOptions options = {}, const std::function<void(int rank, CommOptions&)>& adjust = {}) {
   if (!options.store) options.store = std::make_shared<HashStore>();
   if (options.name.empty()) {
     static int counter = 0;
@@ -45,6 +50,7 @@ inline std::vector<std::shared_ptr<Communicator>> make_comms(int n, CommOptions 
     CommOptions mine = options;
     mine.rank = r;
     mine.world_size = n;
+    if (adjust) adjust(r, mine);
     comms[r] = Communicator::create(mine);
   });
   return comms;

@@ -4,6 +4,8 @@
 // and what happens when ranks disagree or one goes away.
 #include <catch2/catch.hpp>
 
+#include <kizuna/hash_store.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -23,8 +25,10 @@ namespace {
 
 // Every all-reduce of private buffers above the mailboxes' sizes takes the
 // staged path.
-CommOptions staged_options(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+CommOptions staged_options(std::chrono::milliseconds timeout = std::chrono::milliseconds(0),
+                           const std::string& stores = "cache") {
   CommOptions options;
+  options.staged_stores = stores;
   options.transport = Transport::Shm;
   options.timeout = timeout;
   options.staged_from = 0;
@@ -52,7 +56,11 @@ std::vector<Error> two_calls(const CommOptions& options, std::size_t first, std:
 
 TEST_CASE("staged all-reduces of private buffers match the serial reference, in place and out of place", "[comm][staged]") {
   const int world = GENERATE(2, 3, 4, 5);
-  const auto comms = make_comms(world, staged_options());
+  // Ordinary stores, streaming stores, and each rank its own.
+  const std::string stores = GENERATE("cache", "stream", "mixed");
+  const auto comms = make_comms(world, staged_options(), [&](int rank, CommOptions& options) {
+    if (stores == "stream" || (stores == "mixed" && rank % 2 == 1)) options.staged_stores = "stream";
+  });
   std::vector<Case> cases;
   for (DataType dtype : kAllDataTypes)
     for (ReduceOp rop : kAllReduceOps) {
@@ -65,7 +73,32 @@ TEST_CASE("staged all-reduces of private buffers match the serial reference, in 
   for (DataType dtype : {DataType::Float32, DataType::BFloat16, DataType::Int64})
     for (bool in_place : {false, true})
       cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (1 << 20) / size_of(dtype) + 13, in_place});
-  sweep(comms, cases, "world " + std::to_string(world));
+  sweep(comms, cases, "world " + std::to_string(world) + ", stores " + stores);
+}
+
+TEST_CASE("staged all-reduces that probe how far apart the ranks are, every 64th, keep every result", "[comm][staged]") {
+  // Two ranks on this machine's cores: "auto" probes at the first staged
+  // call and every 64th, in meetings the other calls do not hold; three
+  // ranks on two cores never probe (they write through the caches).
+  const int world = GENERATE(2, 3);
+  const auto comms = make_comms(world, staged_options(std::chrono::milliseconds(0), "auto"));
+  std::vector<Case> cases;
+  for (int k = 0; k < 140; ++k) {
+    cases.push_back({Op::AllReduce, DataType::Float32, ReduceOp::Sum, 1000u + 37u * k, k % 2 == 0});
+    if (k % 50 == 0) cases.push_back({Op::AllReduce, DataType::Int32, ReduceOp::Max, (300u << 10) + k, false});
+  }
+  sweep(comms, cases, "auto, world " + std::to_string(world));
+}
+
+TEST_CASE("a staged_stores that is not auto, cache or stream fails creation with InvalidArgument, naming it", "[comm][staged]") {
+  CommOptions options = staged_options(std::chrono::milliseconds(0), "nt");
+  options.store = std::make_shared<HashStore>();
+  options.name = "test/bad-stores";
+  options.rank = 0;
+  options.world_size = 2;  // no peer: it fails before it would wait for one
+  const Error e = error_of_call([&] { Communicator::create(options); });
+  CHECK(e.code() == ErrorCode::InvalidArgument);
+  CHECK_THAT(e.what(), Catch::Contains("staged_stores") && Catch::Contains("'nt'"));
 }
 
 TEST_CASE("staged all-reduces between other collectives, on several communicators, keep every result", "[comm][staged]") {

@@ -58,7 +58,12 @@ std::vector<Error> counts_100_and_101(const CommOptions& options) {
 
 TEST_CASE("all-reduce on symmetric memory matches the serial reference, in place and out of place", "[comm][symmetric]") {
   const int world = GENERATE(2, 3, 4, 5);
-  const auto comms = make_comms(world, shm_options());
+  // Ordinary stores, streaming stores (the fold goes through a block of
+  // its own), and each rank its own.
+  const std::string stores = GENERATE("cache", "stream", "mixed");
+  const auto comms = make_comms(world, shm_options(), [&](int rank, CommOptions& options) {
+    options.staged_stores = stores == "stream" || (stores == "mixed" && rank % 2 == 1) ? "stream" : "cache";
+  });
   const std::uint64_t largest = 70'001;  // several fold blocks per chunk
   std::vector<Case> cases = standard_cases(world, std::vector<DataType>(std::begin(kAllDataTypes), std::end(kAllDataTypes)),
                                            std::vector<ReduceOp>(std::begin(kAllReduceOps), std::end(kAllReduceOps)));
@@ -84,7 +89,7 @@ TEST_CASE("all-reduce on symmetric memory matches the serial reference, in place
       });
       if (!wrong.empty()) {
         std::ostringstream msg;
-        msg << c.str() << ", rank " << r << " of " << world << ": " << wrong;
+        msg << c.str() << ", rank " << r << " of " << world << ", stores " << stores << ": " << wrong;
         std::lock_guard lock(mutex);
         failures.push_back(msg.str());
       }

@@ -1,6 +1,7 @@
 // Env: every variable, with good and bad values; and docs/env.md lists them all.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -99,6 +100,23 @@ TEST_CASE("value parsers", "[env]") {
   CHECK_THROWS_AS(parse_int("X", "7x", 0, 10), Error);
 }
 
+TEST_CASE("every variable Env reads is one it knows, so none is reported unknown and ignored", "[env]") {
+  std::vector<std::string> read;
+  const Env env = Env::parse(
+      [&read](const std::string& name) -> std::optional<std::string> {
+        read.push_back(name);
+        return std::nullopt;
+      },
+      {});
+  CHECK(env.warnings.empty());
+  REQUIRE_FALSE(read.empty());
+  const auto& known = Env::known_variables();
+  for (const std::string& name : read) {
+    CAPTURE(name);
+    CHECK(std::find(known.begin(), known.end(), name) != known.end());
+  }
+}
+
 TEST_CASE("docs/env.md lists every variable Env reads", "[env]") {
   std::ifstream in(std::string(KIZUNA_SOURCE_DIR) + "/docs/env.md");
   REQUIRE(in.good());
@@ -167,6 +185,14 @@ TEST_CASE("KIZUNA_STAGED_FROM and KIZUNA_STAGING_BYTES", "[env]") {
     CAPTURE(bad);
     CHECK(error_of({{"KIZUNA_STAGING_BYTES", bad}}).find("KIZUNA_STAGING_BYTES") != std::string::npos);
   }
+}
+
+TEST_CASE("KIZUNA_STAGED_STORES", "[env]") {
+  CHECK(parse({}).staged_stores == Env::StagedStores::Auto);
+  CHECK(parse({{"KIZUNA_STAGED_STORES", "auto"}}).staged_stores == Env::StagedStores::Auto);
+  CHECK(parse({{"KIZUNA_STAGED_STORES", "Cache"}}).staged_stores == Env::StagedStores::Cache);
+  CHECK(parse({{"KIZUNA_STAGED_STORES", " stream "}}).staged_stores == Env::StagedStores::Stream);
+  CHECK(error_of({{"KIZUNA_STAGED_STORES", "nt"}}).find("KIZUNA_STAGED_STORES") != std::string::npos);
 }
 
 TEST_CASE("KIZUNA_TCP_CONGESTION", "[env]") {
