@@ -57,7 +57,7 @@ struct CommOptions {
   // (ordinary stores), "stream" (streaming stores, past the caches into
   // memory, which a peer in another cache domain reads faster) or "auto"
   // (probed every 64th such call when every rank has a core of its own;
-  // else cache). This rank's own choice. Empty: KIZUNA_STAGED_STORES
+  // else stream). This rank's own choice. Empty: KIZUNA_STAGED_STORES
   // (default auto).
   std::string staged_stores;
   // The largest all-reduce, in bytes, that runs through the mailboxes (every

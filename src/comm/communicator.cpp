@@ -1361,13 +1361,16 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     impl->staged_from = options.staged_from ? *options.staged_from
                         : env.staged_from >= 0 ? static_cast<std::size_t>(env.staged_from)
                                                : 64 << 10;
-    // How it is written: probed (Auto) when every rank has its own core;
-    // with more ranks than cores a peer that reads it may share the
-    // writer's core and caches, and a meeting's length is the scheduler's.
+    // How it is written: probed (Auto) when every rank has its own core.
+    // With more ranks than cores a meeting's length is the scheduler's, so
+    // no probe can tell; streaming, which costs 0.75-0.9x with the cores'
+    // caches near and gains 1.1-1.5x with them far (4 ranks on 2 cores,
+    // docs/symmetric-memory.md#where-the-staging-goes): the worst
+    // placement decides.
     using Stores = comm::SymmetricMemory::Stores;
     const Stores stores = asked == core::Env::StagedStores::Cache    ? Stores::Cache
                           : asked == core::Env::StagedStores::Stream ? Stores::Stream
-                          : oversubscribed                          ? Stores::Cache
+                          : oversubscribed                          ? Stores::Stream
                                                                     : Stores::Auto;
     impl->symmetric->allocate_staging(env.staging_bytes >= 0 ? static_cast<std::size_t>(env.staging_bytes)
                                                              : kStagingBytes,

@@ -6,15 +6,21 @@
 
 #include <kizuna/hash_store.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "collective_cases.hpp"
 #include "collective_sweep.hpp"
+#include "core/log.hpp"
 #include "error_of.hpp"
 #include "run_ranks.hpp"
 
@@ -52,6 +58,33 @@ std::vector<Error> two_calls(const CommOptions& options, std::size_t first, std:
   return errors;
 }
 
+// What `fn` writes to stderr (file descriptor 2, where log lines go).
+template <typename Fn>
+std::string stderr_of(Fn&& fn) {
+  char path[] = "/tmp/kizuna-stderr-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  const int saved = ::dup(2);
+  ::dup2(fd, 2);
+  try {
+    fn();
+  } catch (...) {
+    ::dup2(saved, 2);
+    ::close(saved);
+    ::close(fd);
+    ::unlink(path);
+    throw;
+  }
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(fd);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  ::unlink(path);
+  return text.str();
+}
+
 }  // namespace
 
 TEST_CASE("staged all-reduces of private buffers match the serial reference, in place and out of place", "[comm][staged]") {
@@ -77,9 +110,10 @@ TEST_CASE("staged all-reduces of private buffers match the serial reference, in 
 }
 
 TEST_CASE("staged all-reduces that probe how far apart the ranks are, every 64th, keep every result", "[comm][staged]") {
-  // Two ranks on this machine's cores: "auto" probes at the first staged
-  // call and every 64th, in meetings the other calls do not hold; three
-  // ranks on two cores never probe (they write through the caches).
+  // "auto": with a core per rank, the first staged call and every 64th
+  // probe, in meetings the other calls do not hold, and each probe logs
+  // its meeting time at trace level; with more ranks than cores none
+  // probes (they write through the caches).
   const int world = GENERATE(2, 3);
   const auto comms = make_comms(world, staged_options(std::chrono::milliseconds(0), "auto"));
   std::vector<Case> cases;
@@ -87,7 +121,17 @@ TEST_CASE("staged all-reduces that probe how far apart the ranks are, every 64th
     cases.push_back({Op::AllReduce, DataType::Float32, ReduceOp::Sum, 1000u + 37u * k, k % 2 == 0});
     if (k % 50 == 0) cases.push_back({Op::AllReduce, DataType::Int32, ReduceOp::Max, (300u << 10) + k, false});
   }
-  sweep(comms, cases, "auto, world " + std::to_string(world));
+  // 143 staged calls: probes at the 1st, 65th and 129th, on every rank.
+  const std::string log = stderr_of([&] {
+    core::set_log_level(core::LogLevel::Trace);
+    sweep(comms, cases, "auto, world " + std::to_string(world));
+    core::set_log_level(core::LogLevel::Warn);
+  });
+  std::size_t probes = 0;
+  for (std::size_t at = log.find("a meeting took"); at != std::string::npos; at = log.find("a meeting took", at + 1))
+    ++probes;
+  const bool fit = static_cast<unsigned>(world) <= std::max(1u, std::thread::hardware_concurrency());
+  CHECK(probes == (fit ? 3u * world : 0u));
 }
 
 TEST_CASE("a staged_stores that is not auto, cache or stream fails creation with InvalidArgument, naming it", "[comm][staged]") {
