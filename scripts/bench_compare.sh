@@ -26,7 +26,7 @@
 #                  BENCH_MAX is 8 MiB or more); and with 1 MiB blocks under the
 #                  system's congestion control, the one Gloo and Open MPI use
 #   cache-distance the round trip of a cache line between the first two CPUs,
-#                  before and after each configuration's sweep from 2 KiB:
+#                  before and after each sweep:
 #                  on a virtual machine, the host's placement of its CPUs
 # bench/compare/report.py then takes medians over the repetitions, derives
 # the ceilings, checks the targets and plots.
@@ -107,9 +107,9 @@ run() {
 }
 
 # distance NAME: where this machine's first two CPUs are, before and after a
-# sweep from 2 KiB (cache-distance: one line each into $out/NAME.distance).
+# sweep (cache-distance: one line each into $out/NAME.distance).
 distance() {
-  [[ $1 == *-small ]] || "$build/bench/compare/cache-distance" >>"$out/$1.distance" 2>/dev/null || true
+  "$build/bench/compare/cache-distance" >>"$out/$1.distance" 2>/dev/null || true
 }
 
 # sweep NAME COMMAND...: both sweeps of one configuration, one after the other.

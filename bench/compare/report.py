@@ -328,17 +328,17 @@ FAR_NS = 280  # cache-distance's round trip above which two CPUs' caches are far
 
 
 def load_distances(results):
-    """{(label, world, rep): [round trip ns, ...]}: cache-distance's measurements
-    before and after the sweep from 2 KiB of each configuration (NAME.distance)."""
+    """{(label, world, rep, small): [round trip ns, ...]}: cache-distance's measurements
+    before and after each sweep of each configuration (NAME.distance, NAME-small.distance)."""
     out = {}
     for path in glob.glob(os.path.join(results, "*.distance")):
-        m = re.fullmatch(r"(?P<label>(kizuna|gloo|mpi)-[a-z_-]+?)-n(?P<world>\d+)-r(?P<rep>\d+)\.distance",
-                         os.path.basename(path))
+        m = re.fullmatch(r"(?P<label>(kizuna|gloo|mpi)-[a-z_-]+?)-n(?P<world>\d+)-r(?P<rep>\d+)(?P<small>-small)?"
+                         r"\.distance", os.path.basename(path))
         if not m:
             continue
         trips = [float(x.group(1)) for x in re.finditer(r"round-trip-ns (\d+(?:\.\d+)?)", open(path).read())]
         if trips:
-            out[(m.group("label"), int(m.group("world")), int(m.group("rep")))] = trips
+            out[(m.group("label"), int(m.group("world")), int(m.group("rep")), bool(m.group("small")))] = trips
     return out
 
 
@@ -352,33 +352,39 @@ def placement_section(runs, distances, worlds):
            "This machine's two CPUs are virtual: the host places them, and moves them, so that they "
            "share a last-level cache one minute (\"near\") and not the next (\"far\"). "
            "`cache-distance` (bench/compare/cache_distance.cpp) measured the round trip of one cache "
-           "line between them right before and right after each configuration's sweep from 2 KiB; "
-           f"a round trip over {FAR_NS} ns is far. Cells: round trips before / after, and that "
-           "repetition's busbw at 1 MiB.", ""]
+           "line between them right before and right after each configuration's sweeps; "
+           f"a round trip over {FAR_NS} ns is far. Cells: round trips before / after the sweep up to 1 KiB "
+           "and that repetition's time at 8 B; the same for the sweep from 2 KiB, and its busbw at 1 MiB.",
+           ""]
     notes = []
     for w in worlds:
         present = [c for c in shm if (c[0], w) in runs]
         reps = sorted({doc["rep"] for c in present for doc in runs[(c[0], w)]})
-        if not present or not any((c[0], w, r) in distances for c in present for r in reps):
+        if not present or not any((c[0], w, r, False) in distances for c in present for r in reps):
             continue
         out += [f"{w} ranks:", "", "| configuration | " + " | ".join(f"repetition {r}" for r in reps) + " |",
                 "|---|" + "---|" * len(reps)]
         for label, title, _ in present:
             cells = []
             for r in reps:
-                trips = distances.get((label, w, r))
-                at = [row["in_place"]["busbw"] for doc in runs[(label, w)] if doc["rep"] == r
-                      for row in doc["results"] if row["size"] == MIB and row.get("in_place")]
-                text = " / ".join(f"{t:.0f}" for t in trips) + " ns" if trips else "n/a"
-                if at:
-                    text += f": {number(at[0], 'busbw')} GB/s"
-                cells.append(text)
+                parts = []
+                for small, size, field, unit in ((True, 8, "time_us", "us"), (False, MIB, "busbw", "GB/s")):
+                    trips = distances.get((label, w, r, small))
+                    at = [row["in_place"][field] for doc in runs[(label, w)] if doc["rep"] == r
+                          for row in doc["results"] if row["size"] == size and row.get("in_place")]
+                    if not trips and not at:
+                        continue
+                    text = " / ".join(f"{t:.0f}" for t in trips) + " ns" if trips else "n/a"
+                    if at:
+                        text += f": {number(at[0], 'time' if small else 'busbw')} {unit}"
+                    parts.append(text)
+                cells.append("; ".join(parts) if parts else "n/a")
             out.append(f"| {title} | " + " | ".join(cells) + " |")
         out.append("")
         # kizuna auto against Open MPI, repetition by repetition, where both drew one placement.
         for kind in ("near", "far"):
             def drew(label, r):
-                trips = distances.get((label, w, r))
+                trips = distances.get((label, w, r, False))
                 return trips and all((t > FAR_NS) == (kind == "far") for t in trips)
             ratios = []
             for r in reps:
