@@ -53,7 +53,8 @@ struct CommOptions {
   // path through the staging memory, when every rank shares one node;
   // unset: KIZUNA_STAGED_FROM (default: by measurement, see docs/env.md).
   std::optional<std::size_t> staged_from;
-  // How that path writes what peers read from its staging memory: "cache"
+  // How that path, and the all-reduce on symmetric memory, write what
+  // peers read (the staging memory; an output's reduced chunks): "cache"
   // (ordinary stores), "stream" (streaming stores, past the caches into
   // memory, which a peer in another cache domain reads faster) or "auto"
   // (probed every 64th such call when every rank has a core of its own;

@@ -1355,7 +1355,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     // do not, leaves every rank without it. Measured, in-place float32
     // against the slots (docs/symmetric-memory.md): 4 ranks on 2 cores,
     // 1.35-1.75x at 1 and 16 MiB; 2 ranks on 2 cores, 1.6-1.9x from 64 KiB
-    // to 2 MiB with their cores' caches far apart (streaming stores), and
+    // to 1 MiB with their cores' caches far apart (streaming stores), and
     // 0.70-0.75x at 64-128 KiB, 0.85-1.12x from 256 KiB, with them near:
     // the worst placement decides.
     impl->staged_from = options.staged_from ? *options.staged_from
