@@ -1,7 +1,7 @@
 // cache-distance: how far apart two CPUs' caches are, as a shared-memory
 // all-reduce between two ranks on them feels it.
 //
-//   cache-distance [--cpus A,B]
+//   cache-distance [--cpus A,B] [--quick]
 //
 // Two threads, pinned to CPUs A and B (default: the first two this process
 // may run on), measure
@@ -11,6 +11,8 @@
 //     through 4 slots, with ordinary stores (the block stays dirty in A's
 //     caches until B fetches it) and with streaming stores (it goes to
 //     memory, core/stream_copy.hpp), 64 MiB each.
+// --quick measures 50 times less (for the tests: on busy cores each round
+// trip can take a scheduler's time slice).
 // On a virtual machine the host places its virtual CPUs, and moves them:
 // the same two CPUs can be near (sharing a last-level cache) one minute and
 // far the next. scripts/bench_compare.sh runs it before each configuration
@@ -51,12 +53,12 @@ struct alignas(64) Flag {
   std::atomic<std::int64_t> value{0};
 };
 
-double round_trip_ns(int a, int b) {
-  constexpr int kBatches = 5, kTrips = 20'000;
+double round_trip_ns(int a, int b, int trips) {
+  constexpr int kBatches = 5;
   Flag ping, pong;
   std::thread echo([&] {
     pin(b);
-    for (std::int64_t i = 1; i <= std::int64_t{kBatches} * kTrips; ++i) {
+    for (std::int64_t i = 1; i <= std::int64_t{kBatches} * trips; ++i) {
       while (ping.value.load(std::memory_order_acquire) != i) kizuna::core::cpu_relax();
       pong.value.store(i, std::memory_order_release);
     }
@@ -66,11 +68,11 @@ double round_trip_ns(int a, int b) {
   std::int64_t i = 0;
   for (double& batch : ns) {
     const Clock::time_point start = Clock::now();
-    for (int k = 0; k < kTrips; ++k) {
+    for (int k = 0; k < trips; ++k) {
       ping.value.store(++i, std::memory_order_release);
       while (pong.value.load(std::memory_order_acquire) != i) kizuna::core::cpu_relax();
     }
-    batch = std::chrono::duration<double, std::nano>(Clock::now() - start).count() / kTrips;
+    batch = std::chrono::duration<double, std::nano>(Clock::now() - start).count() / trips;
   }
   echo.join();
   std::sort(ns.begin(), ns.end());
@@ -79,13 +81,14 @@ double round_trip_ns(int a, int b) {
 
 // GB/s of 64 KiB blocks written on `a` (from a block in its cache) and
 // copied out on `b`, through 4 slots.
-double handoff_gbps(int a, int b, bool streaming) {
-  constexpr std::size_t kBlock = 64 << 10, kSlots = 4, kBlocks = (64 << 20) / kBlock;
+double handoff_gbps(int a, int b, bool streaming, std::size_t total) {
+  constexpr std::size_t kBlock = 64 << 10, kSlots = 4;
+  const std::size_t blocks = total / kBlock;
   std::vector<unsigned char> slots(kBlock * kSlots), source(kBlock, 1), sink(kBlock);
   std::array<Flag, kSlots> full, empty;
   std::thread reader([&] {
     pin(b);
-    for (std::size_t i = 0; i < kBlocks; ++i) {
+    for (std::size_t i = 0; i < blocks; ++i) {
       const std::size_t k = i % kSlots;
       const auto round = static_cast<std::int64_t>(i / kSlots) + 1;
       while (full[k].value.load(std::memory_order_acquire) != round) kizuna::core::cpu_relax();
@@ -95,7 +98,7 @@ double handoff_gbps(int a, int b, bool streaming) {
   });
   pin(a);
   const Clock::time_point start = Clock::now();
-  for (std::size_t i = 0; i < kBlocks; ++i) {
+  for (std::size_t i = 0; i < blocks; ++i) {
     const std::size_t k = i % kSlots;
     const auto round = static_cast<std::int64_t>(i / kSlots);
     while (empty[k].value.load(std::memory_order_acquire) != round) kizuna::core::cpu_relax();
@@ -104,11 +107,11 @@ double handoff_gbps(int a, int b, bool streaming) {
     full[k].value.store(round + 1, std::memory_order_release);
   }
   reader.join();
-  return double(kBlock * kBlocks) / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
+  return double(kBlock * blocks) / std::chrono::duration<double>(Clock::now() - start).count() / 1e9;
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: cache-distance [--cpus A,B]\n");
+  std::fprintf(stderr, "usage: cache-distance [--cpus A,B] [--quick]\n");
   return 2;
 }
 
@@ -116,9 +119,12 @@ int usage() {
 
 int main(int argc, char** argv) {
   int a = -1, b = -1;
+  bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--cpus" && i + 1 < argc) {
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--cpus" && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%d,%d", &a, &b) != 2 || a < 0 || b < 0 || a == b) return usage();
     } else {
       return usage();
@@ -138,9 +144,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cache-distance: cannot pin to CPUs %d and %d\n", a, b);
     return 1;
   }
-  const double rt = round_trip_ns(a, b);
-  const double ordinary = handoff_gbps(a, b, false);
-  const double streaming = handoff_gbps(a, b, true);
+  const int trips = quick ? 400 : 20'000;
+  const std::size_t total = (quick ? std::size_t{2} : std::size_t{64}) << 20;
+  const double rt = round_trip_ns(a, b, trips);
+  const double ordinary = handoff_gbps(a, b, false, total);
+  const double streaming = handoff_gbps(a, b, true, total);
   std::printf("cache-distance cpus %d %d round-trip-ns %.0f ordinary-GBps %.2f streaming-GBps %.2f\n", a, b, rt, ordinary,
               streaming);
   return 0;

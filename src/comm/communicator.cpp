@@ -1356,7 +1356,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     // against the slots (docs/symmetric-memory.md): 4 ranks on 2 cores,
     // 1.35-1.75x at 1 and 16 MiB; 2 ranks on 2 cores, 1.6-1.9x from 64 KiB
     // to 1 MiB with their cores' caches far apart (streaming stores), and
-    // 0.70-0.75x at 64-128 KiB, 0.85-1.12x from 256 KiB, with them near:
+    // 0.66-0.81x at 64-128 KiB, 0.73-1.01x from 256 KiB to 1 MiB, with them near:
     // the worst placement decides.
     impl->staged_from = options.staged_from ? *options.staged_from
                         : env.staged_from >= 0 ? static_cast<std::size_t>(env.staged_from)

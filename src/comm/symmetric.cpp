@@ -286,7 +286,8 @@ void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
 template <class Meet>
 void SymmetricMemory::probe_placement(Meet&& meet, const RunLabel& label) {
   // Empty meetings, every rank there since the last: how far apart the
-  // ranks' caches are. Each rank decides for its own stores.
+  // ranks' caches are. Each rank decides for its own stores, if it is
+  // left to (Auto).
   std::array<Clock::duration, kProbeMeetings> took;
   for (Clock::duration& t : took) {
     const Clock::time_point start = Clock::now();
@@ -296,6 +297,7 @@ void SymmetricMemory::probe_placement(Meet&& meet, const RunLabel& label) {
   // The median: a meeting the scheduler interrupted says nothing.
   std::nth_element(took.begin(), took.begin() + took.size() / 2, took.end());
   const Clock::duration each = took[took.size() / 2];
+  if (stores_ != Stores::Auto) return;
   const bool far = each > kFarMeeting;
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(each).count();
   if (far != streaming_) {
@@ -364,10 +366,10 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   const std::size_t block = kFoldBlockBytes / elem * elem;
   // Streaming, a block is folded where it stays in the first-level cache
   // and streamed to the output, where the peers read it.
-  std::vector<unsigned char> folded(streaming_ ? block : 0);
+  if (streaming_ && folded_.size() < block) folded_.resize(kFoldBlockBytes);
   for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
     const std::size_t n = std::min(block, end - at) / elem;
-    unsigned char* to = streaming_ ? folded.data() : out_begin + at;
+    unsigned char* to = streaming_ ? folded_.data() : out_begin + at;
     core::reduce_into(to, inputs[rank] + at, inputs[(rank + 1) % world] + at, n, call.dtype, call.op);
     for (int k = 2; k < world; ++k) core::reduce(to, inputs[(rank + k) % world] + at, n, call.dtype, call.op);
     if (streaming_) core::stream_copy(out_begin + at, to, n * elem);

@@ -194,9 +194,12 @@ class SymmetricMemory {
   std::uint64_t node_calls_ = 0;         // all_reduce() and all_reduce_staged() calls run: when to probe
   Stores stores_ = Stores::Cache;
   bool streaming_ = false;
-  // Under Stores::Auto: whether the next call probes.
-  bool probes() const { return stores_ == Stores::Auto && node_calls_ % 64 == 0; }
-  // The probe: times empty meetings (`meet` holds one) and sets streaming_.
+  std::vector<unsigned char> folded_;  // all_reduce()'s block, while streaming
+  // Whether the next call probes: every rank does, whatever its Stores, so
+  // that every rank holds the same meetings; only Auto acts on it.
+  bool probes() const { return node_calls_ % 64 == 0; }
+  // The probe: times empty meetings (`meet` holds one) and, under Auto,
+  // sets streaming_.
   template <class Meet>
   void probe_placement(Meet&& meet, const RunLabel& label);
   // memcpy, or core::stream_copy while streaming_: for what peers read.
