@@ -387,9 +387,10 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   return true;
 }
 
-bool SymmetricMemory::allocate_staging(std::size_t bytes, Stores stores, Clock::time_point deadline) {
+bool SymmetricMemory::allocate_staging(std::size_t bytes, Stores stores, bool probing, Clock::time_point deadline) {
   staging_ = allocate_any(bytes, deadline, false, bytes > 0);
   stores_ = stores;
+  probing_ = probing;
   streaming_ = stores == Stores::Stream;
   return staging_ != nullptr;
 }

@@ -110,8 +110,10 @@ class SymmetricMemory {
   // Collective, at creation: `bytes` of staging memory per rank for
   // all_reduce_staged(); false on every rank when one could not, or when
   // one asks for none (bytes 0). `stores` is this rank's own choice, for
-  // both paths.
-  bool allocate_staging(std::size_t bytes, Stores stores, Clock::time_point deadline);
+  // both paths; `probing`, whether the calls hold the probe's meetings,
+  // must be every rank's (the communicator: when every rank of the node
+  // has a core of its own).
+  bool allocate_staging(std::size_t bytes, Stores stores, bool probing, Clock::time_point deadline);
   bool staging() const { return staging_ != nullptr; }
   // Whether the next staged call writes with streaming stores (as the
   // last probe decided, under Auto).
@@ -193,11 +195,12 @@ class SymmetricMemory {
   std::uint64_t staged_rounds_ = 0;      // rounds run: which half is next
   std::uint64_t node_calls_ = 0;         // all_reduce() and all_reduce_staged() calls run: when to probe
   Stores stores_ = Stores::Cache;
+  bool probing_ = false;
   bool streaming_ = false;
   std::vector<unsigned char> folded_;  // all_reduce()'s block, while streaming
   // Whether the next call probes: every rank does, whatever its Stores, so
   // that every rank holds the same meetings; only Auto acts on it.
-  bool probes() const { return node_calls_ % 64 == 0; }
+  bool probes() const { return probing_ && node_calls_ % 64 == 0; }
   // The probe: times empty meetings (`meet` holds one) and, under Auto,
   // sets streaming_.
   template <class Meet>
