@@ -283,6 +283,24 @@ void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
   }
 }
 
+auto SymmetricMemory::open_call(std::uint64_t seq, std::uint32_t steps, Clock::time_point deadline,
+                                const RunLabel& label) {
+  ++node_calls_;
+  const std::uint64_t base = phase_;
+  phase_ += steps;
+  failed_peer_ = -1;
+  cause_.reset();
+  // The meetings are the call's steps, as the stuck-rank report shows
+  // them.
+  if (setup_.live) setup_.live->begin(seq, steps);
+  return [this, base, step = std::uint32_t{0}, deadline, &label]() mutable {
+    if (setup_.live) setup_.live->step.store(step, std::memory_order_relaxed);
+    ++step;
+    arrive(base + step);
+    wait_for_all(base + step, deadline, label);
+  };
+}
+
 template <class Meet>
 void SymmetricMemory::probe_placement(Meet&& meet, const RunLabel& label) {
   // Empty meetings, every rank there since the last: how far apart the
@@ -335,22 +353,7 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
                         in.offset,
                         out.offset};
   const bool probe = probes();
-  const std::uint32_t steps = symmetric_meetings();
-  ++node_calls_;
-  const std::uint64_t base = phase_;
-  phase_ += steps;
-  failed_peer_ = -1;
-  cause_.reset();
-  // The meetings are the call's steps, as the stuck-rank report shows
-  // them.
-  std::uint32_t step = 0;
-  auto meet = [&] {
-    if (setup_.live) setup_.live->step.store(step, std::memory_order_relaxed);
-    ++step;
-    arrive(base + step);
-    wait_for_all(base + step, deadline, label);
-  };
-  if (setup_.live) setup_.live->begin(call.seq, steps);
+  auto meet = open_call(call.seq, symmetric_meetings(), deadline, label);
   // Meeting 1: every rank's input is ready, and its call known.
   meet();
   std::vector<const unsigned char*> inputs(world), outputs(world);
@@ -414,22 +417,10 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
   const std::size_t round_count = half / elem;
   const bool probe = probes();
   const std::size_t rounds = (steps - (probe ? kProbeMeetings : 0)) / 2;
-  ++node_calls_;
   RegionHeader* me = sync_[rank].header();
   me->call = RegionCall{call.seq, call.count, static_cast<std::uint32_t>(call.dtype),
                         static_cast<std::uint32_t>(call.op), kStagedCall, kStagedCall, 0, 0};
-  const std::uint64_t base = phase_;
-  phase_ += steps;
-  failed_peer_ = -1;
-  cause_.reset();
-  if (setup_.live) setup_.live->begin(call.seq, steps);
-  std::uint32_t step = 0;
-  auto meet = [&] {
-    if (setup_.live) setup_.live->step.store(step, std::memory_order_relaxed);
-    ++step;
-    arrive(base + step);
-    wait_for_all(base + step, deadline, label);
-  };
+  auto meet = open_call(call.seq, steps, deadline, label);
   const auto* in = static_cast<const unsigned char*>(call.input);
   auto* out = static_cast<unsigned char*>(call.output);
   const std::size_t block = kFoldBlockBytes / elem * elem;

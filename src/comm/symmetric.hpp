@@ -201,6 +201,10 @@ class SymmetricMemory {
   // Whether the next call probes: every rank does, whatever its Stores, so
   // that every rank holds the same meetings; only Auto acts on it.
   bool probes() const { return probing_ && node_calls_ % 64 == 0; }
+  // Opens a call of `steps` meetings: counts it (node_calls_), takes its
+  // phases, clears the last failure, shows it to the stuck-rank report;
+  // the function returned holds the next meeting each time it is called.
+  auto open_call(std::uint64_t seq, std::uint32_t steps, Clock::time_point deadline, const RunLabel& label);
   // The probe: times empty meetings (`meet` holds one) and, under Auto,
   // sets streaming_.
   template <class Meet>
