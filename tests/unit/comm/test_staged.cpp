@@ -6,14 +6,10 @@
 
 #include <kizuna/hash_store.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +19,7 @@
 #include "core/log.hpp"
 #include "error_of.hpp"
 #include "run_ranks.hpp"
+#include "stderr_of.hpp"
 
 using namespace kizuna;
 using namespace kizuna::test;
@@ -74,33 +71,6 @@ class LogLevelFor {
   }
   core::LogLevel before_;
 };
-
-// What `fn` writes to stderr (file descriptor 2, where log lines go).
-template <typename Fn>
-std::string stderr_of(Fn&& fn) {
-  char path[] = "/tmp/kizuna-stderr-XXXXXX";
-  const int fd = ::mkstemp(path);
-  REQUIRE(fd >= 0);
-  const int saved = ::dup(2);
-  ::dup2(fd, 2);
-  try {
-    fn();
-  } catch (...) {
-    ::dup2(saved, 2);
-    ::close(saved);
-    ::close(fd);
-    ::unlink(path);
-    throw;
-  }
-  ::dup2(saved, 2);
-  ::close(saved);
-  ::close(fd);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  ::unlink(path);
-  return text.str();
-}
 
 }  // namespace
 

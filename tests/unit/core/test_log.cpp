@@ -1,12 +1,10 @@
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <fstream>
-#include <sstream>
+#include <string>
 
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "stderr_of.hpp"
 
 using namespace kizuna::core;
 
@@ -24,23 +22,13 @@ TEST_CASE("log levels parse and filter", "[log]") {
 }
 
 TEST_CASE("a log line carries time, rank and level", "[log]") {
-  // Redirect stderr to a file for the duration of one line.
-  char path[] = "/tmp/kizuna-log-XXXXXX";
-  const int fd = ::mkstemp(path);
-  REQUIRE(fd >= 0);
-  const int saved = ::dup(2);
-  ::dup2(fd, 2);
-  set_log_level(LogLevel::Info);
-  set_log_rank(5);
-  KIZUNA_LOG(Info) << "hello " << 42;
-  ::dup2(saved, 2);
-  ::close(saved);
-  ::close(fd);
+  const std::string text = kizuna::test::stderr_of([] {
+    set_log_level(LogLevel::Info);
+    set_log_rank(5);
+    KIZUNA_LOG(Info) << "hello " << 42;
+  });
   set_log_level(LogLevel::Warn);
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  ::unlink(path);
+  const std::string line = text.substr(0, text.find('\n'));
   CHECK(line.find("kizuna[r5] I hello 42") != std::string::npos);
   CHECK(line.size() > 23);
   CHECK(line[4] == '-');  // starts with the date
