@@ -342,6 +342,12 @@ def load_distances(results):
     return out
 
 
+def rep_values(docs, rep, field):
+    """{size: in-place `field`} of one configuration's repetition `rep`."""
+    return {row["size"]: row["in_place"][field] for doc in docs if doc["rep"] == rep
+            for row in doc["results"] if row.get("in_place")}
+
+
 def placement_section(runs, distances, worlds):
     """Where the two CPUs were for each shared-memory configuration's repetitions, with its
     busbw at 1 MiB, and kizuna against Open MPI over the repetitions both drew alike."""
@@ -370,13 +376,12 @@ def placement_section(runs, distances, worlds):
                 parts = []
                 for small, size, field, unit in ((True, 8, "time_us", "us"), (False, MIB, "busbw", "GB/s")):
                     trips = distances.get((label, w, r, small))
-                    at = [row["in_place"][field] for doc in runs[(label, w)] if doc["rep"] == r
-                          for row in doc["results"] if row["size"] == size and row.get("in_place")]
-                    if not trips and not at:
+                    at = rep_values(runs[(label, w)], r, field).get(size)
+                    if not trips and at is None:
                         continue
                     text = " / ".join(f"{t:.0f}" for t in trips) + " ns" if trips else "n/a"
-                    if at:
-                        text += f": {number(at[0], 'time' if small else 'busbw')} {unit}"
+                    if at is not None:
+                        text += f": {number(at, 'time' if small else 'busbw')} {unit}"
                     parts.append(text)
                 cells.append("; ".join(parts) if parts else "n/a")
             out.append(f"| {title} | " + " | ".join(cells) + " |")
@@ -390,10 +395,8 @@ def placement_section(runs, distances, worlds):
             for r in reps:
                 if not (drew("kizuna-shm-auto", r) and drew("mpi-shm", r)):
                     continue
-                k = {row["size"]: row["in_place"]["busbw"] for doc in runs[("kizuna-shm-auto", w)]
-                     if doc["rep"] == r for row in doc["results"] if row.get("in_place")}
-                m = {row["size"]: row["in_place"]["busbw"] for doc in runs[("mpi-shm", w)]
-                     if doc["rep"] == r for row in doc["results"] if row.get("in_place")}
+                k = rep_values(runs[("kizuna-shm-auto", w)], r, "busbw")
+                m = rep_values(runs[("mpi-shm", w)], r, "busbw")
                 pairs = [(k[s] / m[s], s) for s in k if s in m and 64 * KIB <= s <= 64 * MIB and m[s]]
                 if pairs:
                     ratios.append((min(pairs), r))
