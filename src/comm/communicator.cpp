@@ -1361,21 +1361,20 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     impl->staged_from = options.staged_from ? *options.staged_from
                         : env.staged_from >= 0 ? static_cast<std::size_t>(env.staged_from)
                                                : 64 << 10;
-    // How it is written: probed (Auto) when every rank has its own core;
-    // the probe's meetings are then held on every rank, whatever its
-    // choice. With more ranks than cores a meeting's length is the
-    // scheduler's, so no probe can tell; streaming, which costs 0.75-0.9x
-    // with the cores' caches near and gains 1.1-1.5x with them far (4
-    // ranks on 2 cores, docs/symmetric-memory.md#where-the-staging-goes):
-    // the worst placement decides.
+    // How it is written: as the probes say (Auto), and until one does,
+    // through the caches when every rank has a core of its own (the first
+    // call probes, and two ranks that both run answer it) and streaming
+    // with more ranks than cores, where a probe may find no two ranks
+    // running at once: streaming costs 0.75-0.9x with the cores' caches
+    // near and gains 1.1-1.5x with them far (4 ranks on 2 cores,
+    // docs/symmetric-memory.md#where-the-staging-goes).
     using Stores = comm::SymmetricMemory::Stores;
     const Stores stores = asked == core::Env::StagedStores::Cache    ? Stores::Cache
                           : asked == core::Env::StagedStores::Stream ? Stores::Stream
-                          : oversubscribed                          ? Stores::Stream
                                                                     : Stores::Auto;
     impl->symmetric->allocate_staging(env.staging_bytes >= 0 ? static_cast<std::size_t>(env.staging_bytes)
                                                              : kStagingBytes,
-                                      stores, !oversubscribed, Clock::now() + setup);
+                                      stores, oversubscribed, Clock::now() + setup);
   }
   impl->p2p_sent.assign(impl->world, 0);
   impl->p2p_received.assign(impl->world, 0);

@@ -1,11 +1,14 @@
 #include "comm/symmetric.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <sstream>
 
+#include "comm/placement_probe.hpp"
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
@@ -30,12 +33,10 @@ namespace {
 // The folds of phase 1 go block by block, so that the block being summed
 // stays in the first-level caches while every rank's part is added to it.
 constexpr std::size_t kFoldBlockBytes = 32 << 10;
-// The probe of SymmetricMemory::Stores::Auto: the empty meetings it holds,
-// and the longest a meeting within one cache domain takes (2 ranks on this
-// project's machine took 125-220 ns with their cores' caches near, 360-640
-// ns with them far: docs/symmetric-memory.md#where-the-staging-goes).
-constexpr std::uint32_t kProbeMeetings = 8;
-constexpr auto kFarMeeting = std::chrono::nanoseconds(280);
+// The probe of SymmetricMemory::Stores::Auto: the meeting after which
+// every rank's CPU is known, and how long a pair may bounce the ball.
+constexpr std::uint32_t kProbeMeetings = 1;
+constexpr auto kProbeFor = std::chrono::microseconds(500);
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
 
@@ -302,29 +303,43 @@ auto SymmetricMemory::open_call(std::uint64_t seq, std::uint32_t steps, Clock::t
 }
 
 template <class Meet>
-void SymmetricMemory::probe_placement(Meet&& meet, const RunLabel& label) {
-  // Empty meetings, every rank there since the last: how far apart the
-  // ranks' caches are. Each rank decides for its own stores, if it is
-  // left to (Auto).
-  std::array<Clock::duration, kProbeMeetings> took;
-  for (Clock::duration& t : took) {
-    const Clock::time_point start = Clock::now();
-    meet();
-    t = Clock::now() - start;
+void SymmetricMemory::probe_placement(Meet&& meet, Clock::time_point deadline, const RunLabel& label) {
+  // Every rank says which CPU it is on, and ranks on different CPUs bounce
+  // the ball in pairs. Each rank decides for its own stores, if it is left
+  // to (Auto), from its own pair's round trips.
+  const int rank = setup_.rank, world = setup_.world;
+  RegionHeader* me = sync_[rank].header();
+  me->cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+  // The meeting: every rank's CPU known.
+  meet();
+  std::vector<int> cpus(world);
+  for (int r = 0; r < world; ++r) cpus[r] = sync_[r].header()->cpu.load(std::memory_order_relaxed);
+  const int partner = pair_across_cpus(cpus)[rank];
+  ++probes_;
+  if (partner < 0) {
+    if (stores_ == Stores::Auto) {
+      KIZUNA_LOG(Trace) << label.str() << ": placement probe: no rank to pair with on a CPU other than "
+                        << cpus[rank];
+    }
+    return;
   }
-  // The median: a meeting the scheduler interrupted says nothing.
-  std::nth_element(took.begin(), took.begin() + took.size() / 2, took.end());
-  const Clock::duration each = took[took.size() / 2];
+  const Bounced b = bounce(me->ball, sync_[partner].header()->ball, rank < partner, probes_,
+                           std::min(deadline, Clock::now() + kProbeFor));
   if (stores_ != Stores::Auto) return;
-  const bool far = each > kFarMeeting;
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(each).count();
-  if (far != streaming_) {
-    KIZUNA_LOG(Debug) << label.str() << ": a meeting took " << ns << " ns; writing for the peers with "
-                      << (far ? "streaming" : "ordinary") << " stores";
+  const Placement where = placement_of(b);
+  const bool stream = where == Placement::Unknown ? streaming_ : where == Placement::Far;
+  std::ostringstream what;
+  what << label.str() << ": placement probe: " << b.round_trips << " round trips with rank " << partner << " (CPUs "
+       << cpus[rank] << " and " << cpus[partner] << ")";
+  if (b.round_trips > 0) what << ", the fastest " << b.fastest.count() << " ns";
+  what << ": " << (where == Placement::Near ? "near" : where == Placement::Far ? "far" : "no verdict")
+       << "; writing for the peers with " << (stream ? "streaming" : "ordinary") << " stores";
+  if (stream != streaming_) {
+    KIZUNA_LOG(Debug) << what.str();
   } else {
-    KIZUNA_LOG(Trace) << label.str() << ": a meeting took " << ns << " ns";
+    KIZUNA_LOG(Trace) << what.str();
   }
-  streaming_ = far;
+  streaming_ = stream;
 }
 
 void SymmetricMemory::copy_for_peers(void* to, const void* from, std::size_t bytes) const {
@@ -359,7 +374,7 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   std::vector<const unsigned char*> inputs(world), outputs(world);
   std::vector<std::shared_ptr<Allocation>> keep;
   check_calls(me->call, label, inputs, outputs, keep);
-  if (probe) probe_placement(meet, label);
+  if (probe) probe_placement(meet, deadline, label);
 
   // Rank q's chunk: elements [lo(q), lo(q + 1)).
   const std::size_t per = call.count / world, extra = call.count % world;
@@ -390,11 +405,11 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   return true;
 }
 
-bool SymmetricMemory::allocate_staging(std::size_t bytes, Stores stores, bool probing, Clock::time_point deadline) {
+bool SymmetricMemory::allocate_staging(std::size_t bytes, Stores stores, bool stream_until_probed,
+                                       Clock::time_point deadline) {
   staging_ = allocate_any(bytes, deadline, false, bytes > 0);
   stores_ = stores;
-  probing_ = probing;
-  streaming_ = stores == Stores::Stream;
+  streaming_ = stores == Stores::Stream || (stores == Stores::Auto && stream_until_probed);
   return staging_ != nullptr;
 }
 
@@ -443,7 +458,7 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
     meet();
     if (r == 0) {
       check_staged_calls(me->call, label);
-      if (probe) probe_placement(meet, label);
+      if (probe) probe_placement(meet, deadline, label);
     }
     // This rank's chunk: its input's share and every peer's, into its
     // output and, for the peers to copy, into its half.

@@ -102,18 +102,18 @@ class SymmetricMemory {
   // staging memory, and a symmetric output's chunks): with ordinary stores,
   // left in this rank's caches (Cache); with streaming stores, past them
   // into memory (Stream, core/stream_copy.hpp), which peers in another
-  // cache domain read faster; or as a meeting's duration says (Auto):
-  // every 64th call of the two, the first included, times a few empty
-  // meetings, and streams while one takes longer than a meeting within one
-  // cache domain does.
+  // cache domain read faster; or as a probe says (Auto): every 64th call
+  // of the two, the first included, every rank holds one more meeting and
+  // bounces a cache line with a rank on another CPU
+  // (comm/placement_probe.hpp), and streams while the CPUs are far apart.
   enum class Stores { Auto, Cache, Stream };
   // Collective, at creation: `bytes` of staging memory per rank for
   // all_reduce_staged(); false on every rank when one could not, or when
   // one asks for none (bytes 0). `stores` is this rank's own choice, for
-  // both paths; `probing`, whether the calls hold the probe's meetings,
-  // must be every rank's (the communicator: when every rank of the node
-  // has a core of its own).
-  bool allocate_staging(std::size_t bytes, Stores stores, bool probing, Clock::time_point deadline);
+  // both paths; under Auto, `stream_until_probed` is what it does until a
+  // probe tells (the communicator: stream with more ranks than cores,
+  // where a probe may find no two ranks running at once).
+  bool allocate_staging(std::size_t bytes, Stores stores, bool stream_until_probed, Clock::time_point deadline);
   bool staging() const { return staging_ != nullptr; }
   // Whether the next staged call writes with streaming stores (as the
   // last probe decided, under Auto).
@@ -195,20 +195,22 @@ class SymmetricMemory {
   std::uint64_t staged_rounds_ = 0;      // rounds run: which half is next
   std::uint64_t node_calls_ = 0;         // all_reduce() and all_reduce_staged() calls run: when to probe
   Stores stores_ = Stores::Cache;
-  bool probing_ = false;
   bool streaming_ = false;
+  std::uint64_t probes_ = 0;  // probes held: each one's own ball values
   std::vector<unsigned char> folded_;  // all_reduce()'s block, while streaming
   // Whether the next call probes: every rank does, whatever its Stores, so
-  // that every rank holds the same meetings; only Auto acts on it.
-  bool probes() const { return probing_ && node_calls_ % 64 == 0; }
+  // that every rank holds the same meetings and has a partner; only Auto
+  // acts on it.
+  bool probes() const { return node_calls_ % 64 == 0; }
   // Opens a call of `steps` meetings: counts it (node_calls_), takes its
   // phases, clears the last failure, shows it to the stuck-rank report;
   // the function returned holds the next meeting each time it is called.
   auto open_call(std::uint64_t seq, std::uint32_t steps, Clock::time_point deadline, const RunLabel& label);
-  // The probe: times empty meetings (`meet` holds one) and, under Auto,
-  // sets streaming_.
+  // The probe: one meeting (`meet` holds it), then a bounce with this
+  // rank's partner, if it has one, until `deadline` at the latest; under
+  // Auto, sets streaming_ when the bounce tells.
   template <class Meet>
-  void probe_placement(Meet&& meet, const RunLabel& label);
+  void probe_placement(Meet&& meet, Clock::time_point deadline, const RunLabel& label);
   // memcpy, or core::stream_copy while streaming_: for what peers read.
   void copy_for_peers(void* to, const void* from, std::size_t bytes) const;
   int failed_peer_ = -1;

@@ -6,8 +6,10 @@
 //
 // The header's control lines carry what peers need to meet in a collective
 // on such memory: a phase counter the owner advances (`arrived`), the call
-// the owner is in (`call`), and a doorbell the owner sleeps on. Each field
-// another process writes or polls is on its own cache line.
+// the owner is in (`call`), a doorbell the owner sleeps on, and the line
+// the owner bounces with a peer to probe how far apart their CPUs are
+// (`ball`, comm/placement_probe.hpp), with the CPU it ran on then (`cpu`).
+// Each field another process writes or polls is on its own cache line.
 //
 // create() reserves and touches every page (shared_file.hpp). map() opens a peer's region and
 // checks its header against what the caller expects: magic, version,
@@ -25,7 +27,7 @@
 namespace kizuna::transport::shm {
 
 inline constexpr std::uint64_t kRegionMagic = 0x4d59535a4b5a4b31ull;  // "1KZKZSYM"
-inline constexpr std::uint32_t kRegionVersion = 1;
+inline constexpr std::uint32_t kRegionVersion = 2;
 inline constexpr std::size_t kRegionHeaderBytes = 4096;
 
 // The call a rank is in, as its peers check it (all plain fields, written
@@ -53,6 +55,8 @@ struct alignas(64) RegionHeader {
   alignas(64) RegionCall call;
   alignas(64) std::atomic<std::uint32_t> doorbell;
   std::atomic<std::uint32_t> sleeping;
+  alignas(64) std::atomic<std::uint64_t> ball;
+  std::atomic<std::int32_t> cpu;  // written before a meeting, read after it
 };
 
 static_assert(sizeof(RegionHeader) <= kRegionHeaderBytes);
