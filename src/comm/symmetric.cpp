@@ -323,15 +323,18 @@ void SymmetricMemory::probe_placement(Meet&& meet, Clock::time_point deadline, c
     }
     return;
   }
+  const Clock::time_point start = Clock::now();
   const Bounced b = bounce(me->ball, sync_[partner].header()->ball, rank < partner, probes_,
-                           std::min(deadline, Clock::now() + kProbeFor));
+                           std::min(deadline, start + kProbeFor));
   if (stores_ != Stores::Auto) return;
+  const auto took = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
   const Placement where = placement_of(b);
   const bool stream = where == Placement::Unknown ? streaming_ : where == Placement::Far;
   std::ostringstream what;
   what << label.str() << ": placement probe: " << b.round_trips << " round trips with rank " << partner << " (CPUs "
        << cpus[rank] << " and " << cpus[partner] << ")";
   if (b.round_trips > 0) what << ", the fastest " << b.fastest.count() << " ns";
+  what << ", in " << took << " us";
   what << ": " << (where == Placement::Near ? "near" : where == Placement::Far ? "far" : "no verdict")
        << "; writing for the peers with " << (stream ? "streaming" : "ordinary") << " stores";
   if (stream != streaming_) {
