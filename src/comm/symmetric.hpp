@@ -102,8 +102,9 @@ class SymmetricMemory {
   // staging memory, and a symmetric output's chunks): with ordinary stores,
   // left in this rank's caches (Cache); with streaming stores, past them
   // into memory (Stream, core/stream_copy.hpp), which peers in another
-  // cache domain read faster; or as a probe says (Auto): every 64th call
-  // of the two, the first included, every rank holds one more meeting and
+  // cache domain read faster; or as a probe says (Auto): at the first call
+  // of the two, and every 64th after, or sooner once 32 MiB have gone
+  // through them (every rank alike), every rank holds one more meeting and
   // bounces a cache line with a rank on another CPU
   // (comm/placement_probe.hpp), and streams while the CPUs are far apart.
   enum class Stores { Auto, Cache, Stream };
@@ -193,7 +194,11 @@ class SymmetricMemory {
   std::uint64_t phase_ = 0;
   std::shared_ptr<Allocation> staging_;  // null: no staged all-reduce
   std::uint64_t staged_rounds_ = 0;      // rounds run: which half is next
-  std::uint64_t node_calls_ = 0;         // all_reduce() and all_reduce_staged() calls run: when to probe
+  // all_reduce() and all_reduce_staged() calls, and their bytes, since the
+  // last probe; whether the next call probes.
+  std::uint64_t calls_since_probe_ = 0;
+  std::uint64_t bytes_since_probe_ = 0;
+  bool probe_due_ = true;
   Stores stores_ = Stores::Cache;
   bool streaming_ = false;
   std::uint64_t probes_ = 0;  // probes held: each one's own ball values
@@ -201,11 +206,14 @@ class SymmetricMemory {
   // Whether the next call probes: every rank does, whatever its Stores, so
   // that every rank holds the same meetings and has a partner; only Auto
   // acts on it.
-  bool probes() const { return node_calls_ % 64 == 0; }
-  // Opens a call of `steps` meetings: counts it (node_calls_), takes its
+  bool probes() const { return probe_due_; }
+  // Opens a call of `steps` meetings on `bytes`: counts it towards the
+  // next probe (due after 64 calls, or sooner once 32 MiB have gone
+  // through since the last, every rank alike), takes its
   // phases, clears the last failure, shows it to the stuck-rank report;
   // the function returned holds the next meeting each time it is called.
-  auto open_call(std::uint64_t seq, std::uint32_t steps, Clock::time_point deadline, const RunLabel& label);
+  auto open_call(std::uint64_t seq, std::uint32_t steps, std::uint64_t bytes, Clock::time_point deadline,
+                 const RunLabel& label);
   // The probe: one meeting (`meet` holds it), then a bounce with this
   // rank's partner, if it has one, until `deadline` at the latest; under
   // Auto, sets streaming_ when the bounce tells.

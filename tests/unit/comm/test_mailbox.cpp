@@ -14,6 +14,7 @@
 #include "collective_cases.hpp"
 #include "collective_sweep.hpp"
 #include "error_of.hpp"
+#include "every_rank_failed.hpp"
 #include "run_ranks.hpp"
 
 using namespace kizuna;
@@ -99,12 +100,9 @@ TEST_CASE("ranks whose small all-reduces differ in count fail at once with Misma
   const auto started = std::chrono::steady_clock::now();
   const std::vector<Error> errors = counts(shm_options(std::chrono::milliseconds(60'000)), 100, 101);
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(20));
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("(mailbox)") && Catch::Contains("all_reduce of 100 float32") &&
-                                     Catch::Contains("all_reduce of 101 float32"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch,
+                          Catch::Contains("(mailbox)") && Catch::Contains("all_reduce of 100 float32") &&
+                              Catch::Contains("all_reduce of 101 float32"));
 }
 
 TEST_CASE("a rank whose call takes another path fails its peer's mailbox wait with Mismatch well before the deadline", "[comm][mailbox]") {
@@ -114,11 +112,7 @@ TEST_CASE("a rank whose call takes another path fails its peer's mailbox wait wi
   const auto started = std::chrono::steady_clock::now();
   const std::vector<Error> errors = counts(shm_options(std::chrono::milliseconds(60'000)), 100, 100'000);
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(20));
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("not through the mailboxes"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch, Catch::Contains("not through the mailboxes"));
 }
 
 TEST_CASE("a rank that aborts fails its peer's mailbox all-reduce well before the deadline", "[comm][mailbox]") {
@@ -140,21 +134,14 @@ TEST_CASE("mailbox_upto = 0, or a forced algorithm, runs small all-reduces throu
   if (forced) options.algorithm = Algorithm::OneShot;
   else options.mailbox_upto = 0;
   const std::vector<Error> errors = counts(options, 100, 101);
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), !Catch::Contains("mailbox"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch, !Catch::Contains("mailbox"));
 }
 
 TEST_CASE("mailbox_upto is the largest all-reduce through the mailboxes, and over 1 KiB an InvalidArgument", "[comm][mailbox]") {
   CommOptions options = shm_options(std::chrono::milliseconds(20'000));
   options.mailbox_upto = 400;
   const std::vector<Error> errors = counts(options, 100, 101);  // 400 bytes and 404: one path each
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch);
   options.mailbox_upto = 1025;
   CHECK(error_of_call([&] { make_comms(2, options); }).code() == ErrorCode::InvalidArgument);
 }
@@ -182,9 +169,6 @@ TEST_CASE("a barrier through the mailboxes waits for the last rank, and against 
     float value = 1;
     errors[r] = error_of(r == 0 ? pair[r]->barrier() : pair[r]->all_reduce(&value, 1, DataType::Float32, ReduceOp::Sum));
   });
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("barrier of 0") && Catch::Contains("all_reduce of 1 float32"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch,
+                          Catch::Contains("barrier of 0") && Catch::Contains("all_reduce of 1 float32"));
 }

@@ -18,6 +18,7 @@
 #include "collective_sweep.hpp"
 #include "core/log.hpp"
 #include "error_of.hpp"
+#include "every_rank_failed.hpp"
 #include "run_ranks.hpp"
 #include "stderr_of.hpp"
 
@@ -97,11 +98,12 @@ TEST_CASE("staged all-reduces of private buffers match the serial reference, in 
 }
 
 TEST_CASE("staged all-reduces that probe how far apart the ranks are, every 64th, keep every result", "[comm][staged]") {
-  // The first staged call and every 64th probe on every rank (a meeting,
-  // then a bounce with a rank on another CPU, comm/placement_probe.hpp);
-  // an "auto" rank logs what each probe found, or that it found no rank to
-  // pair with. "mixed": the odd ranks write through the caches ("cache"),
-  // and still take part, as partners, in the probes of the others.
+  // The first staged call and every 64th (these are small: no 32 MiB
+  // between two) probe on every rank (a meeting, then a bounce with a rank
+  // on another CPU, comm/placement_probe.hpp); an "auto" rank logs what
+  // each probe found, or that it found no rank to pair with. "mixed": the
+  // odd ranks write through the caches ("cache"), and still take part, as
+  // partners, in the probes of the others.
   const int world = GENERATE(2, 3);
   const bool mixed = GENERATE(false, true);
   const auto comms = make_comms(world, staged_options(std::chrono::milliseconds(0), "auto"),
@@ -131,6 +133,27 @@ TEST_CASE("staged all-reduces that probe how far apart the ranks are, every 64th
   CHECK(probes == 3u * timing);
 }
 
+TEST_CASE("large staged all-reduces probe once 32 MiB have gone through since the last probe", "[comm][staged]") {
+  // 10 calls of 8 MiB: probes at the 1st (the first call always does),
+  // the 5th and the 9th, each after 4 calls, 32 MiB, since the last.
+  const auto comms = make_comms(2, staged_options(std::chrono::milliseconds(0), "auto"));
+  std::vector<Case> cases(10, {Op::AllReduce, DataType::Float32, ReduceOp::Sum, (8u << 20) / 4, true});
+  if (std::getenv("KIZUNA_LOG_FILE") != nullptr) {
+    sweep(comms, cases, "8 MiB");
+    SUCCEED("KIZUNA_LOG_FILE is set: the log lines go there, and the probes are not counted");
+    return;
+  }
+  const std::string log = stderr_of([&] {
+    const LogLevelFor trace(core::LogLevel::Trace);
+    sweep(comms, cases, "8 MiB");
+  });
+  std::size_t probes = 0;
+  for (std::size_t at = log.find("placement probe: "); at != std::string::npos;
+       at = log.find("placement probe: ", at + 1))
+    ++probes;
+  CHECK(probes == 3u * 2u);
+}
+
 TEST_CASE("a staged_stores that is not auto, cache or stream fails creation with InvalidArgument, naming it", "[comm][staged]") {
   CommOptions options = staged_options(std::chrono::milliseconds(0), "nt");
   options.store = std::make_shared<HashStore>();
@@ -158,23 +181,17 @@ TEST_CASE("staged all-reduces between other collectives, on several communicator
 
 TEST_CASE("ranks whose staged all-reduces differ in count fail with Mismatch, naming both calls", "[comm][staged]") {
   const std::vector<Error> errors = two_calls(staged_options(std::chrono::milliseconds(20'000)), 1000, 1001);
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("staged") && Catch::Contains("1000 of float32") &&
-                                     Catch::Contains("1001 of float32"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch,
+                          Catch::Contains("staged") && Catch::Contains("1000 of float32") &&
+                              Catch::Contains("1001 of float32"));
 }
 
 TEST_CASE("a rank on symmetric memory where its peer's buffers are private fails with Mismatch, as does the peer", "[comm][staged]") {
   CommOptions options = staged_options(std::chrono::milliseconds(20'000));
   options.symmetric_from = 0;
   const std::vector<Error> errors = two_calls(options, 1000, 1000, 1);
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("private") && Catch::Contains("symmetric memory"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch,
+                          Catch::Contains("private") && Catch::Contains("symmetric memory"));
 }
 
 TEST_CASE("below staged_from, or with a forced algorithm, all-reduces of private buffers run through the slots", "[comm][staged]") {
@@ -183,11 +200,7 @@ TEST_CASE("below staged_from, or with a forced algorithm, all-reduces of private
   if (forced) options.algorithm = Algorithm::Ring;
   else options.staged_from = 4005;
   const std::vector<Error> errors = two_calls(options, 1000, 1001);  // 4000 bytes and 4004
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), !Catch::Contains("staged"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch, !Catch::Contains("staged"));
 }
 
 TEST_CASE("a rank that aborts fails its peer's staged all-reduce well before the deadline", "[comm][staged]") {

@@ -14,6 +14,7 @@
 
 #include "collective_cases.hpp"
 #include "error_of.hpp"
+#include "every_rank_failed.hpp"
 #include "run_ranks.hpp"
 
 using namespace kizuna;
@@ -119,12 +120,9 @@ TEST_CASE("symmetric memory is unlinked from /dev/shm once mapped, and outlives 
 
 TEST_CASE("ranks that disagree on a call on symmetric memory all fail with Mismatch, naming both calls", "[comm][symmetric]") {
   const std::vector<Error> errors = counts_100_and_101(shm_options(std::chrono::milliseconds(20'000)));
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("(symmetric)") && Catch::Contains("100 of float32") &&
-                                     Catch::Contains("101 of float32"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch,
+                          Catch::Contains("(symmetric)") && Catch::Contains("100 of float32") &&
+                              Catch::Contains("101 of float32"));
 }
 
 TEST_CASE("a rank that aborts fails its peer's all-reduce on symmetric memory well before the deadline", "[comm][symmetric]") {
@@ -165,11 +163,7 @@ TEST_CASE("a forced algorithm, or an all-reduce below symmetric_from, runs throu
   // The slots see the sizes differ in their messages and say so; the rank
   // that sees it first tells the other (also the one whose message did not
   // match), which fails with the same Mismatch.
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), !Catch::Contains("symmetric"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch, !Catch::Contains("symmetric"));
 }
 
 TEST_CASE("with KIZUNA_CHECK, ranks whose calls fall on both sides of symmetric_from fail with Mismatch", "[comm][symmetric]") {
@@ -180,11 +174,7 @@ TEST_CASE("with KIZUNA_CHECK, ranks whose calls fall on both sides of symmetric_
   options.symmetric_from = 404;
   options.check = true;
   const std::vector<Error> errors = counts_100_and_101(options);
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("KIZUNA_CHECK"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch, Catch::Contains("KIZUNA_CHECK"));
 }
 
 TEST_CASE("with KIZUNA_CHECK, a rank passing ordinary memory where its peer passes symmetric memory is a Mismatch", "[comm][symmetric]") {
@@ -200,11 +190,8 @@ TEST_CASE("with KIZUNA_CHECK, a rank passing ordinary memory where its peer pass
     float* buffer = r == 0 ? ordinary.data() : static_cast<float*>(memory.get());
     errors[r] = error_of(comms[r]->all_reduce(buffer, 100, DataType::Float32, ReduceOp::Sum));
   });
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ": " << errors[r].what());
-    CHECK(errors[r].code() == ErrorCode::Mismatch);
-    CHECK_THAT(errors[r].what(), Catch::Contains("#1 on symmetric memory") && Catch::Contains("rank 0 called"));
-  }
+  check_every_rank_failed(errors, ErrorCode::Mismatch,
+                          Catch::Contains("#1 on symmetric memory") && Catch::Contains("rank 0 called"));
 }
 
 TEST_CASE("an all-reduce from one symmetric allocation into another, with the memory let go before the wait", "[comm][symmetric]") {
