@@ -24,8 +24,10 @@ constexpr auto kFar = std::chrono::nanoseconds(450);
 constexpr auto kWaitedForCpu = std::chrono::microseconds(2);
 
 // The ball's value at `step` of probe `probe`: distinct across probes, and
-// never 0, a line's value before its first probe.
+// never 0, a line's value before its first probe. kQuit: a side that gave
+// up says so, and the other stops waiting for it.
 std::uint64_t ball(std::uint64_t probe, int step) { return probe * 64 + static_cast<std::uint64_t>(step); }
+constexpr int kQuit = 63;
 
 }  // namespace
 
@@ -47,16 +49,23 @@ std::vector<int> pair_across_cpus(const std::vector<int>& cpus) {
 
 Bounced bounce(std::atomic<std::uint64_t>& mine, const std::atomic<std::uint64_t>& theirs, bool lead,
                std::uint64_t probe, Clock::time_point until) {
-  static_assert(2 * kBounces + 1 < 64, "a probe's balls must stay below the next probe's");
-  // Spins until the partner's line holds `want`; false at `until`.
+  static_assert(2 * kBounces + 1 < kQuit, "a probe's balls must stay below its quit and the next probe's");
+  // Spins until the partner's line holds `want`; false at `until`, or
+  // when the partner has given up (and then says so itself).
   const Clock::duration slice = lead ? kLeadSlice : kOtherSlice;
+  const std::uint64_t quit = ball(probe, kQuit);
   auto catch_ball = [&](std::uint64_t want) {
     Clock::time_point slice_end = Clock::now() + slice;
     for (unsigned looks = 1;; ++looks) {
-      if (theirs.load(std::memory_order_acquire) == want) return true;
+      const std::uint64_t seen = theirs.load(std::memory_order_acquire);
+      if (seen == want) return true;
+      if (seen == quit) return false;
       if (looks % 64 != 0) continue;
       const Clock::time_point now = Clock::now();
-      if (now >= until) return false;
+      if (now >= until) {
+        mine.store(quit, std::memory_order_release);
+        return false;
+      }
       if (now >= slice_end) {
         ::sched_yield();
         slice_end = Clock::now() + slice;

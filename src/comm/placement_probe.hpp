@@ -40,8 +40,9 @@ struct Bounced {
 // catches it by seeing the partner's `theirs` change. `lead` is true on
 // exactly one side of the pair; `probe` is a number both sides use for
 // this probe only, and no earlier or later one. Gives up at `until` (the
-// partner may be gone, or never run while this rank does); whatever round
-// trips finished by then count.
+// partner may be gone, or never run while this rank does), and tells the
+// partner, which then stops waiting too; whatever round trips finished by
+// then count.
 Bounced bounce(std::atomic<std::uint64_t>& mine, const std::atomic<std::uint64_t>& theirs, bool lead,
                std::uint64_t probe, std::chrono::steady_clock::time_point until);
 

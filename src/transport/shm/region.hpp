@@ -56,11 +56,12 @@ struct alignas(64) RegionHeader {
   alignas(64) std::atomic<std::uint32_t> doorbell;
   std::atomic<std::uint32_t> sleeping;
   alignas(64) std::atomic<std::uint64_t> ball;
-  std::atomic<std::int32_t> cpu;  // written before a meeting, read after it
+  alignas(64) std::atomic<std::int32_t> cpu;  // written before a meeting, read after it
 };
 
 static_assert(sizeof(RegionHeader) <= kRegionHeaderBytes);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::int32_t>::is_always_lock_free);
 
 class Region {
  public:

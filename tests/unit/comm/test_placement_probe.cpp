@@ -45,15 +45,29 @@ TEST_CASE("a bounce between two threads finishes its round trips on both sides",
 }
 
 TEST_CASE("balls left from an earlier probe do not count in a later one", "[comm][placement]") {
-  // The partner's line still holds what it threw last time: a lead of probe
-  // 2 must not take it for an answer, and gives up at its deadline.
-  alignas(64) std::atomic<std::uint64_t> mine{0};
-  alignas(64) std::atomic<std::uint64_t> theirs{1 * 64 + 2 * kBounces};
+  // A lead of probe 1 throws its first ball and gives up at once, leaving
+  // it, and its quit, in its line. Its partner in probe 2 must take
+  // neither for probe 2's first ball, and gives up at its deadline.
+  alignas(64) std::atomic<std::uint64_t> a{0};
+  alignas(64) std::atomic<std::uint64_t> b{0};
+  CHECK(bounce(a, b, true, 1, Clock::now()).round_trips == 0);
+  CHECK(a.load() != 0);
   const auto start = Clock::now();
-  const Bounced b = bounce(mine, theirs, true, 2, start + 20ms);
-  CHECK(b.round_trips == 0);
+  const Bounced late = bounce(b, a, false, 2, start + 20ms);
+  CHECK(late.round_trips == 0);
   CHECK(Clock::now() - start >= 20ms);
-  CHECK(placement_of(b) == Placement::Unknown);
+  CHECK(placement_of(late) == Placement::Unknown);
+}
+
+TEST_CASE("a side that gives up tells its partner, which stops waiting at once", "[comm][placement]") {
+  // The other side of probe 1 gives up at once; the lead, with a long
+  // deadline, sees its quit and leaves well before that deadline.
+  alignas(64) std::atomic<std::uint64_t> a{0};
+  alignas(64) std::atomic<std::uint64_t> b{0};
+  CHECK(bounce(b, a, false, 1, Clock::now()).round_trips == 0);
+  const auto start = Clock::now();
+  CHECK(bounce(a, b, true, 1, start + 60s).round_trips == 0);
+  CHECK(Clock::now() - start < 30s);
 }
 
 TEST_CASE("a partner that never answers leaves the bounce at its deadline, with no verdict", "[comm][placement]") {
