@@ -166,7 +166,7 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
     const int r = local[i];
     if (r == rank || !shm->peers.count(r) || !parse_ranks(text(all_mapped[i])).count(rank)) continue;
     out.links[r] = transport::shm::make_shm_link(r, shm->mine, index_of(r), shm->peers.at(r),
-                                                 index_of(rank), std::move(out.links[r]));
+                                                 index_of(rank), std::move(out.links[r]), &shm->stream_stores);
     any = true;
   }
   if (options.transport == TransportChoice::Shm && !any)

@@ -12,6 +12,7 @@
 
 #include <kizuna/store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -50,6 +51,9 @@ bool same_node(const PeerInfo& a, const PeerInfo& b);
 struct ShmSegments {
   transport::shm::Segment mine;
   std::map<int, transport::shm::Segment> peers;
+  // Whether the links write what they send with streaming stores; the
+  // communicator sets it (KIZUNA_STAGED_STORES and the placement probe).
+  std::atomic<bool> stream_stores{false};
 };
 
 struct Connected {

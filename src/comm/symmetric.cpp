@@ -351,6 +351,20 @@ void SymmetricMemory::probe_placement(Meet&& meet, Clock::time_point deadline, c
     KIZUNA_LOG(Trace) << what.str();
   }
   streaming_ = stream;
+  if (placement_out_ != nullptr && where != Placement::Unknown)
+    placement_out_->store(where == Placement::Far, std::memory_order_relaxed);
+}
+
+void SymmetricMemory::before_slot_call(std::uint64_t bytes, std::uint64_t seq, Clock::time_point deadline,
+                                       const RunLabel& label) {
+  if (!ready_.load(std::memory_order_acquire)) return;  // no meeting regions, on any rank
+  if (probe_due_) {
+    auto meet = open_call(seq, kProbeMeetings, bytes, deadline, label);
+    probe_placement(meet, deadline, label);
+    return;
+  }
+  bytes_since_probe_ += bytes;
+  probe_due_ = bytes_since_probe_ >= kProbeEveryBytes;
 }
 
 void SymmetricMemory::copy_for_peers(void* to, const void* from, std::size_t bytes) const {

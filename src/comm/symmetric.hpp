@@ -115,6 +115,14 @@ class SymmetricMemory {
   // probe tells (the communicator: stream with more ranks than cores,
   // where a probe may find no two ranks running at once).
   bool allocate_staging(std::size_t bytes, Stores stores, bool stream_until_probed, Clock::time_point deadline);
+  // Under Auto, every probe that tells also sets `*far` (true: far apart),
+  // for the slots (transport/shm/shm_link.hpp); it must outlive this.
+  void report_placement_to(std::atomic<bool>* far) { placement_out_ = far; }
+  // Before a collective of `bytes` through the slots (every rank calls it
+  // for the same calls, in order): holds the probe when one is due, else
+  // counts the bytes towards the next (32 MiB; the slots' calls do not
+  // count towards the 64 calls, so that runs of small ones never probe).
+  void before_slot_call(std::uint64_t bytes, std::uint64_t seq, Clock::time_point deadline, const RunLabel& label);
   bool staging() const { return staging_ != nullptr; }
   // Whether the next staged call writes with streaming stores (as the
   // last probe decided, under Auto).
@@ -202,6 +210,7 @@ class SymmetricMemory {
   Stores stores_ = Stores::Cache;
   bool streaming_ = false;
   std::uint64_t probes_ = 0;  // probes held: each one's own ball values
+  std::atomic<bool>* placement_out_ = nullptr;
   std::vector<unsigned char> folded_;  // all_reduce()'s block, while streaming
   // Whether the next call probes: every rank does, whatever its Stores, so
   // that every rank holds the same meetings and has a partner; only Auto

@@ -9,6 +9,7 @@
 #include "core/asymmetric_fence.hpp"
 #include "core/check.hpp"
 #include "core/reduce.hpp"
+#include "core/stream_copy.hpp"
 #include "transport/shm/futex.hpp"
 
 namespace kizuna::transport::shm {
@@ -42,10 +43,15 @@ void ring(SegmentHeader* owner, bool light) {
 // contend with the sender's writes: 1 KiB 1.0 -> 1.1 us).
 constexpr std::size_t kPrefetchBytes = 512;
 
+// Slot payloads from this size go out with streaming stores while the
+// communicator says so (make_shm_link's `stream_stores`); smaller ones,
+// where a message's latency counts more than its rate, never do.
+constexpr std::size_t kStreamFrom = 16 << 10;
+
 class ShmLink final : public Link {
  public:
   ShmLink(int peer, const Segment& mine, std::uint32_t peer_slot, const Segment& theirs,
-          std::uint32_t my_slot, std::unique_ptr<Link> control)
+          std::uint32_t my_slot, std::unique_ptr<Link> control, const std::atomic<bool>* stream_stores)
       : Link(peer),
         in_(mine.channel(peer_slot)),
         out_(theirs.channel(my_slot)),
@@ -54,6 +60,7 @@ class ShmLink final : public Link {
         geometry_(mine.geometry()),
         peer_geometry_(theirs.geometry()),
         control_(std::move(control)),
+        stream_stores_(stream_stores),
         light_(core::asymmetric_fence_available()) {
     // The slot counters start where the channel's tail is (0 in a fresh
     // segment; a test starts elsewhere to cross the wrap, which a
@@ -218,7 +225,9 @@ class ShmLink final : public Link {
       h->message_bytes = p.bytes;
       h->offset = p.done;
       // An empty message (data may be null) publishes a header and no bytes.
-      if (n > 0)
+      if (n >= kStreamFrom && stream_stores_ != nullptr && stream_stores_->load(std::memory_order_relaxed))
+        core::stream_copy(slot + sizeof(SlotHeader), p.data + p.done, n);  // fenced: before `ready`
+      else if (n > 0)
         std::memcpy(n <= kInlineBytes ? h->inline_data : slot + sizeof(SlotHeader), p.data + p.done, n);
       ++head;
       std::atomic_ref<std::uint32_t>(h->ready).store(head, std::memory_order_release);
@@ -313,6 +322,7 @@ class ShmLink final : public Link {
   std::vector<unsigned char*> in_slots_;
   std::vector<unsigned char*> out_slots_;
   std::unique_ptr<Link> control_;
+  const std::atomic<bool>* stream_stores_;  // null: ordinary stores always
   const bool light_;  // this process takes part in asymmetric fences (see ring)
   std::atomic<bool> closed_{false};
   std::exception_ptr gone_;  // the control connection's end, once seen
@@ -336,8 +346,8 @@ class ShmLink final : public Link {
 
 std::unique_ptr<Link> make_shm_link(int peer, const Segment& mine, std::uint32_t peer_slot,
                                     const Segment& theirs, std::uint32_t my_slot,
-                                    std::unique_ptr<Link> control) {
-  return std::make_unique<ShmLink>(peer, mine, peer_slot, theirs, my_slot, std::move(control));
+                                    std::unique_ptr<Link> control, const std::atomic<bool>* stream_stores) {
+  return std::make_unique<ShmLink>(peer, mine, peer_slot, theirs, my_slot, std::move(control), stream_stores);
 }
 
 bool doorbell_sleep(SegmentHeader* owner, const std::function<bool()>& progress,

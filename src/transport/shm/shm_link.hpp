@@ -21,6 +21,7 @@
 // Not thread-safe, like every Link; interrupt() may come from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -32,9 +33,14 @@ namespace kizuna::transport::shm {
 
 // `inbound`: channel `peer_slot` of this rank's segment; `outbound`:
 // channel `my_slot` of the peer's segment. Both segments outlive the link.
+// While `*stream_stores` holds (if given; it must outlive the link too),
+// payloads of 16 KiB and more go into the peer's slots with streaming
+// stores (core/stream_copy.hpp), past this rank's caches, which a peer in
+// another cache domain reads faster.
 std::unique_ptr<Link> make_shm_link(int peer, const Segment& mine, std::uint32_t peer_slot,
                                     const Segment& theirs, std::uint32_t my_slot,
-                                    std::unique_ptr<Link> control);
+                                    std::unique_ptr<Link> control,
+                                    const std::atomic<bool>* stream_stores = nullptr);
 
 // Sleeps on `owner`'s doorbell for at most `timeout`, unless `progress()`
 // (called once after announcing the sleep) finds something to do. Returns

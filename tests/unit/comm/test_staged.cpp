@@ -154,6 +154,48 @@ TEST_CASE("large staged all-reduces probe once 32 MiB have gone through since th
   CHECK(probes == 3u * 2u);
 }
 
+TEST_CASE("collectives through the slots, written with streaming stores, match the serial reference", "[comm][staged]") {
+  // staged_stores also says how the slots (transport/shm) are written:
+  // payloads of 16 KiB and more with streaming stores under "stream".
+  const int world = GENERATE(2, 3);
+  const std::string stores = GENERATE("stream", "mixed");
+  CommOptions options = staged_options();
+  options.staged_from = std::size_t{1} << 40;  // nothing staged: every all-reduce on the slots
+  const auto comms = make_comms(world, options, [&](int rank, CommOptions& o) {
+    o.staged_stores = stores == "stream" || rank % 2 == 1 ? "stream" : "cache";
+  });
+  std::vector<Case> cases;
+  for (Op op : {Op::AllReduce, Op::ReduceScatter, Op::Reduce, Op::AllGather, Op::Broadcast})
+    for (std::uint64_t count : {std::uint64_t{1000}, std::uint64_t{5000}, std::uint64_t{300'001}})
+      for (bool in_place : {false, true}) cases.push_back({op, DataType::Float32, ReduceOp::Sum, count, in_place});
+  sweep(comms, cases, "slots, world " + std::to_string(world) + ", stores " + stores);
+}
+
+TEST_CASE("collectives through the slots probe once 32 MiB have gone through them since the last probe", "[comm][staged]") {
+  // 10 all-reduces of 8 MiB through the slots: probes at the 1st, the 5th
+  // and the 9th, as on the staged path. Runs of small calls through the
+  // slots never probe after the first.
+  CommOptions options = staged_options(std::chrono::milliseconds(0), "auto");
+  options.staged_from = std::size_t{1} << 40;
+  const auto comms = make_comms(2, options);
+  std::vector<Case> cases(10, {Op::AllReduce, DataType::Float32, ReduceOp::Sum, (8u << 20) / 4, true});
+  for (int k = 0; k < 200; ++k) cases.push_back({Op::AllGather, DataType::Float32, ReduceOp::Sum, 1000, true});
+  if (std::getenv("KIZUNA_LOG_FILE") != nullptr) {
+    sweep(comms, cases, "slots");
+    SUCCEED("KIZUNA_LOG_FILE is set: the log lines go there, and the probes are not counted");
+    return;
+  }
+  const std::string log = stderr_of([&] {
+    const LogLevelFor trace(core::LogLevel::Trace);
+    sweep(comms, cases, "slots");
+  });
+  std::size_t probes = 0;
+  for (std::size_t at = log.find("placement probe: "); at != std::string::npos;
+       at = log.find("placement probe: ", at + 1))
+    ++probes;
+  CHECK(probes == 3u * 2u);
+}
+
 TEST_CASE("a staged_stores that is not auto, cache or stream fails creation with InvalidArgument, naming it", "[comm][staged]") {
   CommOptions options = staged_options(std::chrono::milliseconds(0), "nt");
   options.store = std::make_shared<HashStore>();
