@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -118,10 +119,15 @@ bool wait_for_peer(const NodeWait& node, Doorbell mine, int peer, std::chrono::s
       next_yield = now + kSpinYieldEvery;
       if (node.live) node.live->awaiting.store(peer, std::memory_order_relaxed);
     }
-    if (now >= deadline)
+    if (now >= deadline) {
+      std::string step;  // as the executor's timeouts name theirs
+      if (node.live)
+        step = ", step " + std::to_string(node.live->step.load(std::memory_order_relaxed) + 1) + " of " +
+               std::to_string(node.live->steps.load(std::memory_order_relaxed));
       KIZUNA_THROW(ErrorCode::Timeout, "timed out after ",
                    std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(), " ms waiting for rank ",
-                   peer, " in ", label.str());
+                   peer, " in ", label.str(), step);
+    }
     if (patience != Executor::kHoldOn && now - start >= patience) return false;
     if (idle % (kClockEvery * 64) == 0) check();
     if (now < spin_until) {

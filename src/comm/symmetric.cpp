@@ -359,8 +359,10 @@ void SymmetricMemory::before_slot_call(std::uint64_t bytes, std::uint64_t seq, C
                                        const RunLabel& label) {
   if (!ready_.load(std::memory_order_acquire)) return;  // no meeting regions, on any rank
   if (probe_due_) {
-    auto meet = open_call(seq, kProbeMeetings, bytes, deadline, label);
-    probe_placement(meet, deadline, label);
+    RunLabel probing = label;
+    probing.algorithm = "placement probe";
+    auto meet = open_call(seq, kProbeMeetings, bytes, deadline, probing);
+    probe_placement(meet, deadline, probing);
     return;
   }
   bytes_since_probe_ += bytes;
