@@ -42,6 +42,13 @@ constexpr auto kProbeFor = std::chrono::microseconds(500);
 // MiB call takes 15-40 ms: by calls for the small, by bytes for the large.
 constexpr std::uint64_t kProbeEveryCalls = 64;
 constexpr std::uint64_t kProbeEveryBytes = 32 << 20;
+// A staged all-reduce of this many bytes or more copies the peers' reduced
+// chunks into its output with streaming stores: the size of this project's
+// machine's last-level cache. Measured, 8-64 MiB, 2 ranks on 2 cores,
+// 5 alternations: out of place 1.2-1.3x (3.0-3.4 -> 3.8-4.1 GB/s), in
+// place level with the caches near and 1.1-1.5x far; 4 ranks, 3
+// alternations: 1.2-1.4x out of place, 1.05-1.15x in place.
+constexpr std::uint64_t kStreamOutputFrom = 8 << 20;
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
 
@@ -463,6 +470,9 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
   me->call = RegionCall{call.seq, call.count, static_cast<std::uint32_t>(call.dtype),
                         static_cast<std::uint32_t>(call.op), kStagedCall, kStagedCall, 0, 0};
   auto meet = open_call(call.seq, steps, call.count * elem, deadline, label);
+  // The peers' reduced chunks go into a large output past the caches,
+  // which it would not stay in anyway: no line of it is read first.
+  const bool stream_output = call.count * elem >= kStreamOutputFrom;
   const auto* in = static_cast<const unsigned char*>(call.input);
   auto* out = static_cast<unsigned char*>(call.output);
   const std::size_t block = kFoldBlockBytes / elem * elem;
@@ -499,7 +509,8 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
     meet();
     for (int k = 1; k < world; ++k) {
       const int q = (rank + k) % world;
-      std::memcpy(dst + lo(q), area(q) + lo(q), lo(q + 1) - lo(q));
+      if (stream_output) core::stream_copy(dst + lo(q), area(q) + lo(q), lo(q + 1) - lo(q));
+      else std::memcpy(dst + lo(q), area(q) + lo(q), lo(q + 1) - lo(q));
     }
   }
 }

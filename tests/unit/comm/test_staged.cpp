@@ -97,6 +97,16 @@ TEST_CASE("staged all-reduces of private buffers match the serial reference, in 
   sweep(comms, cases, "world " + std::to_string(world) + ", stores " + stores);
 }
 
+TEST_CASE("staged all-reduces of 8 MiB and more, whose outputs are written past the caches, match the serial reference", "[comm][staged]") {
+  const int world = GENERATE(2, 3);
+  const auto comms = make_comms(world, staged_options());
+  std::vector<Case> cases;
+  for (DataType dtype : {DataType::Float32, DataType::BFloat16})
+    for (bool in_place : {false, true})
+      cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (8u << 20) / size_of(dtype) + 7, in_place});
+  sweep(comms, cases, "8 MiB, world " + std::to_string(world));
+}
+
 TEST_CASE("staged all-reduces that probe how far apart the ranks are, every 64th, keep every result", "[comm][staged]") {
   // The first staged call and every 64th (these are small: no 32 MiB
   // between two) probe on every rank (a meeting, then a bounce with a rank
