@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <sstream>
 
@@ -62,6 +61,12 @@ std::string region_name(std::uint64_t comm_id, std::uint64_t number, int rank,
 }
 
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// memcpy, or core::stream_copy (past the caches) when `streaming`.
+void copy_bytes(void* to, const void* from, std::size_t bytes, bool streaming) {
+  if (streaming) core::stream_copy(to, from, bytes);
+  else std::memcpy(to, from, bytes);
+}
 
 // Rank r's call `c` against this rank's: Mismatch naming both, on the path
 // `where` says, when the sequence, count, type or operation differ.
@@ -296,12 +301,16 @@ void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
   }
 }
 
-auto SymmetricMemory::open_call(std::uint64_t seq, std::uint32_t steps, std::uint64_t bytes,
-                                Clock::time_point deadline, const RunLabel& label) {
+void SymmetricMemory::count_towards_probe(std::uint64_t bytes, bool as_call) {
   if (probe_due_) calls_since_probe_ = bytes_since_probe_ = 0;
-  ++calls_since_probe_;
+  if (as_call) ++calls_since_probe_;
   bytes_since_probe_ += bytes;
   probe_due_ = calls_since_probe_ >= kProbeEveryCalls || bytes_since_probe_ >= kProbeEveryBytes;
+}
+
+auto SymmetricMemory::open_call(std::uint64_t seq, std::uint32_t steps, std::uint64_t bytes,
+                                Clock::time_point deadline, const RunLabel& label) {
+  count_towards_probe(bytes, true);
   const std::uint64_t base = phase_;
   phase_ += steps;
   failed_peer_ = -1;
@@ -372,13 +381,11 @@ void SymmetricMemory::before_slot_call(std::uint64_t bytes, std::uint64_t seq, C
     probe_placement(meet, deadline, probing);
     return;
   }
-  bytes_since_probe_ += bytes;
-  probe_due_ = bytes_since_probe_ >= kProbeEveryBytes;
+  count_towards_probe(bytes, false);
 }
 
 void SymmetricMemory::copy_for_peers(void* to, const void* from, std::size_t bytes) const {
-  if (streaming_) core::stream_copy(to, from, bytes);
-  else std::memcpy(to, from, bytes);
+  copy_bytes(to, from, bytes, streaming_);
 }
 
 bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, const RunLabel& label) {
@@ -509,8 +516,7 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
     meet();
     for (int k = 1; k < world; ++k) {
       const int q = (rank + k) % world;
-      if (stream_output) core::stream_copy(dst + lo(q), area(q) + lo(q), lo(q + 1) - lo(q));
-      else std::memcpy(dst + lo(q), area(q) + lo(q), lo(q + 1) - lo(q));
+      copy_bytes(dst + lo(q), area(q) + lo(q), lo(q + 1) - lo(q), stream_output);
     }
   }
 }

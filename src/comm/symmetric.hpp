@@ -216,6 +216,9 @@ class SymmetricMemory {
   // that every rank holds the same meetings and has a partner; only Auto
   // acts on it.
   bool probes() const { return probe_due_; }
+  // Counts `bytes` (and, `as_call`, one call) towards the next probe,
+  // first starting the count afresh if this call is the one that probes.
+  void count_towards_probe(std::uint64_t bytes, bool as_call);
   // Opens a call of `steps` meetings on `bytes`: counts it towards the
   // next probe (due after 64 calls, or sooner once 32 MiB have gone
   // through since the last, every rank alike), takes its
