@@ -41,12 +41,14 @@ constexpr auto kProbeFor = std::chrono::microseconds(500);
 // MiB call takes 15-40 ms: by calls for the small, by bytes for the large.
 constexpr std::uint64_t kProbeEveryCalls = 64;
 constexpr std::uint64_t kProbeEveryBytes = 32 << 20;
-// A staged all-reduce of this many bytes or more copies the peers' reduced
-// chunks into its output with streaming stores: the size of this project's
-// machine's last-level cache. Measured, 8-64 MiB, 2 ranks on 2 cores,
-// 5 alternations: out of place 1.2-1.3x (3.0-3.4 -> 3.8-4.1 GB/s), in
-// place level with the caches near and 1.1-1.5x far; 4 ranks, 3
-// alternations: 1.2-1.4x out of place, 1.05-1.15x in place.
+// A staged all-reduce of this many bytes or more writes its output with
+// streaming stores, its own chunk (folded aside, block by block) and the
+// peers' reduced chunks: the size of this project's machine's last-level
+// cache. Measured, 8-64 MiB, 2 ranks on 2 cores, the peers' chunks
+// streamed, 5 alternations: out of place 1.2-1.3x (3.0-3.4 -> 3.8-4.1
+// GB/s), in place level near and 1.1-1.5x far; 4 ranks, 3 alternations:
+// 1.2-1.4x out of place, 1.05-1.15x in place. Its own chunk too, 4
+// alternations: 2 ranks 1.1-1.4x out of place (docs/symmetric-memory.md).
 constexpr std::uint64_t kStreamOutputFrom = 8 << 20;
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
@@ -480,6 +482,7 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
   // The peers' reduced chunks go into a large output past the caches,
   // which it would not stay in anyway: no line of it is read first.
   const bool stream_output = call.count * elem >= kStreamOutputFrom;
+  if (stream_output && folded_.size() < kFoldBlockBytes) folded_.resize(kFoldBlockBytes);
   const auto* in = static_cast<const unsigned char*>(call.input);
   auto* out = static_cast<unsigned char*>(call.output);
   const std::size_t block = kFoldBlockBytes / elem * elem;
@@ -505,12 +508,16 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
       if (probe) probe_placement(meet, deadline, label);
     }
     // This rank's chunk: its input's share and every peer's, into its
-    // output and, for the peers to copy, into its half.
+    // output and, for the peers to copy, into its half. A large output
+    // gets the block folded aside, in the first-level cache, and streamed
+    // to it: no line of the output is read first.
     for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
       const std::size_t n = std::min(block, end - at);
-      core::reduce_into(dst + at, src + at, area((rank + 1) % world) + at, n / elem, call.dtype, call.op);
-      for (int k = 2; k < world; ++k) core::reduce(dst + at, area((rank + k) % world) + at, n / elem, call.dtype, call.op);
-      copy_for_peers(area(rank) + at, dst + at, n);
+      unsigned char* to = stream_output ? folded_.data() : dst + at;
+      core::reduce_into(to, src + at, area((rank + 1) % world) + at, n / elem, call.dtype, call.op);
+      for (int k = 2; k < world; ++k) core::reduce(to, area((rank + k) % world) + at, n / elem, call.dtype, call.op);
+      copy_for_peers(area(rank) + at, to, n);
+      if (stream_output) core::stream_copy(dst + at, to, n);
     }
     // Meeting 2: every chunk reduced.
     meet();

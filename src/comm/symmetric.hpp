@@ -211,7 +211,7 @@ class SymmetricMemory {
   bool streaming_ = false;
   std::uint64_t probes_ = 0;  // probes held: each one's own ball values
   std::atomic<bool>* placement_out_ = nullptr;
-  std::vector<unsigned char> folded_;  // all_reduce()'s block, while streaming
+  std::vector<unsigned char> folded_;  // a block folded aside, to be streamed out
   // Whether the next call probes: every rank does, whatever its Stores, so
   // that every rank holds the same meetings and has a partner; only Auto
   // acts on it.
