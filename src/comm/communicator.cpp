@@ -1273,15 +1273,18 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   // ring's every step needs all ranks scheduled. The alpha-beta model,
   // which sees independent links, ranks them the other way. Under Reno
   // (what auto gives connections within a host) the ring is ahead instead,
-  // 1.4x (median of 12 pairs), and ahead of two-shot too from 16 MiB, where
-  // the model sees the two level: 4 ranks, ahead in all 8 pairs at 16 and
-  // at 64 MiB (medians 1.19x and 1.09x) and 3 of 5 at 32 MiB, two-shot
-  // ahead or level up to 8 MiB (docs/performance.md).
-  // Two-shot keeps all of a rank's connections busy at once, three flows
-  // each way with 4 ranks against the ring's one, on two cores.
+  // 1.4x (median of 12 pairs), and ahead of two-shot too, where the model
+  // sees the two level: 4 ranks, ahead in all 8 pairs at 16 and at 64 MiB
+  // (medians 1.19x and 1.09x); and, measured again on 2026-12-01 with the
+  // transport of then, from 512 KiB: in-place medians 1.15x at 512 KiB and
+  // 1 MiB (6 pairs), 1.05-1.12x at 2-8 MiB (6 pairs), 1.1-1.3x in all three
+  // repetitions of a bench-compare, level at 256 KiB and behind below
+  // (docs/performance.md). Two-shot keeps all of a rank's connections busy
+  // at once, three flows each way with 4 ranks against the ring's one, on
+  // two cores.
   if (!shared_memory && impl->topology.nodes == 1 && oversubscribed && impl->world > 2) {
     const bool bbr = connected.tcp_congestion == "bbr";
-    impl->link_model.large_all_reduce_from = bbr ? 1 << 20 : 16 << 20;
+    impl->link_model.large_all_reduce_from = bbr ? 1 << 20 : 512 << 10;
     impl->link_model.large_all_reduce = bbr ? algo::Algorithm::Tree : algo::Algorithm::Ring;
   }
   // With more ranks than cores, a waiting rank does not spin (the core may

@@ -36,9 +36,9 @@ TEST_CASE("a measured crossover overrides the model for large all-reduces only",
   // within one host, where two-shot would be chosen, a ring crossover
   LinkModel reno;
   reno.message_us = 10.0;
-  reno.large_all_reduce_from = 16 << 20;
-  CHECK(choose_algorithm(Collective::AllReduce, 8 << 20, 4, reno, true) == Algorithm::TwoShot);
-  CHECK(choose_algorithm(Collective::AllReduce, 16 << 20, 4, reno, true) == Algorithm::Ring);
+  reno.large_all_reduce_from = 512 << 10;
+  CHECK(choose_algorithm(Collective::AllReduce, 256 << 10, 4, reno, true) == Algorithm::TwoShot);
+  CHECK(choose_algorithm(Collective::AllReduce, 512 << 10, 4, reno, true) == Algorithm::Ring);
   CHECK(choose_algorithm(Collective::AllReduce, 64 << 20, 4, reno, true) == Algorithm::Ring);
 }
 
