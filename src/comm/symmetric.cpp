@@ -41,10 +41,12 @@ constexpr auto kProbeFor = std::chrono::microseconds(500);
 // MiB call takes 15-40 ms: by calls for the small, by bytes for the large.
 constexpr std::uint64_t kProbeEveryCalls = 64;
 constexpr std::uint64_t kProbeEveryBytes = 32 << 20;
-// A staged all-reduce of this many bytes or more writes its output with
-// streaming stores, its own chunk (folded aside, block by block) and the
-// peers' reduced chunks: the size of this project's machine's last-level
-// cache. Measured, 8-64 MiB, 2 ranks on 2 cores, the peers' chunks
+// An all-reduce of this many bytes or more, staged or on symmetric memory,
+// writes its output with streaming stores, its own chunk (folded aside,
+// block by block) and the peers' reduced chunks: the size of this
+// project's machine's last-level cache. On symmetric memory, with the CPUs
+// near, 2 ranks 1.2-1.5x out of place (3 alternations), 4 ranks 1.1-1.7x
+// (4; docs/symmetric-memory.md). Staged: Measured, 8-64 MiB, 2 ranks on 2 cores, the peers' chunks
 // streamed, 5 alternations: out of place 1.2-1.3x (3.0-3.4 -> 3.8-4.1
 // GB/s), in place level near and 1.1-1.5x far; 4 ranks, 3 alternations:
 // 1.2-1.4x out of place, 1.05-1.15x in place. Its own chunk too, 4
@@ -426,14 +428,17 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   // this rank's own first (in place, the output is that input).
   const std::size_t block = kFoldBlockBytes / elem * elem;
   // Streaming, a block is folded where it stays in the first-level cache
-  // and streamed to the output, where the peers read it.
-  if (streaming_ && folded_.size() < block) folded_.resize(kFoldBlockBytes);
+  // and streamed to the output, where the peers read it: while the probe
+  // says so, and for a large call, whose output would not stay in the
+  // caches anyway.
+  const bool stream = streaming_ || bytes >= kStreamOutputFrom;
+  if (stream && folded_.size() < block) folded_.resize(kFoldBlockBytes);
   for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
     const std::size_t n = std::min(block, end - at) / elem;
-    unsigned char* to = streaming_ ? folded_.data() : out_begin + at;
+    unsigned char* to = stream ? folded_.data() : out_begin + at;
     core::reduce_into(to, inputs[rank] + at, inputs[(rank + 1) % world] + at, n, call.dtype, call.op);
     for (int k = 2; k < world; ++k) core::reduce(to, inputs[(rank + k) % world] + at, n, call.dtype, call.op);
-    if (streaming_) core::stream_copy(out_begin + at, to, n * elem);
+    if (stream) core::stream_copy(out_begin + at, to, n * elem);
   }
   // Meeting 2: every chunk reduced.
   meet();
@@ -441,7 +446,7 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   // rank's, where they read them as inputs next call).
   for (int k = 1; k < world; ++k) {
     const int q = (rank + k) % world;
-    copy_for_peers(out_begin + lo(q), outputs[q] + lo(q), lo(q + 1) - lo(q));
+    copy_bytes(out_begin + lo(q), outputs[q] + lo(q), lo(q + 1) - lo(q), stream);
   }
   // Meeting 3: nobody reads this rank's buffers any more.
   meet();
