@@ -46,11 +46,11 @@ constexpr std::uint64_t kProbeEveryBytes = 32 << 20;
 // block by block) and the peers' reduced chunks: the size of this
 // project's machine's last-level cache. On symmetric memory, with the CPUs
 // near, 2 ranks 1.2-1.5x out of place (3 alternations), 4 ranks 1.1-1.7x
-// (4; docs/symmetric-memory.md). Staged: Measured, 8-64 MiB, 2 ranks on 2 cores, the peers' chunks
-// streamed, 5 alternations: out of place 1.2-1.3x (3.0-3.4 -> 3.8-4.1
-// GB/s), in place level near and 1.1-1.5x far; 4 ranks, 3 alternations:
-// 1.2-1.4x out of place, 1.05-1.15x in place. Its own chunk too, 4
-// alternations: 2 ranks 1.1-1.4x out of place (docs/symmetric-memory.md).
+// (4; docs/symmetric-memory.md). Staged, 2 ranks on 2 cores, the peers'
+// chunks streamed, 5 alternations: out of place 1.2-1.3x (3.0-3.4 ->
+// 3.8-4.1 GB/s), in place level near and 1.1-1.5x far; 4 ranks, 3
+// alternations: 1.2-1.4x out of place, 1.05-1.15x in place. Its own chunk
+// too, 4 alternations: 2 ranks 1.1-1.4x out of place.
 constexpr std::uint64_t kStreamOutputFrom = 8 << 20;
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
