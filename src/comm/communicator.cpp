@@ -512,21 +512,21 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     if (!exec) return std::nullopt;
     const HoldingExec holding(this);
     const Clock::time_point queued_at = core::coarse_now();
+    const std::string_view kind = algo::name(c);
     std::uint64_t seq = 0, id = 0;
     {
       std::lock_guard lock(queue_mutex);
       if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
       seq = next_seq++;
-      id = history.queued(seq, algo::name(c), dtype, count, -1);
+      id = history.running(seq, kind, dtype, count, -1, "mailbox", 1);
       last_enqueue = queued_at;
     }
     comm::RunLabel l;
     l.rank = rank;
     l.comm = &name;
-    l.what = algo::name(c);
+    l.what = kind;
     l.seq = seq;
     l.algorithm = "mailbox";
-    history.started(id, "mailbox", 1);
     live.begin(seq, 1);
     const Clock::time_point deadline = queued_at + timeout;
     try {

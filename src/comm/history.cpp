@@ -21,6 +21,16 @@ History::Clock::time_point at(History::Clock::rep r) { return History::Clock::ti
 
 std::uint64_t History::queued(std::uint64_t seq, std::string_view kind, DataType dtype,
                               std::uint64_t count, int peer) {
+  return record(seq, kind, dtype, count, peer, "", 0, State::Queued);
+}
+
+std::uint64_t History::running(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count,
+                               int peer, std::string_view algorithm, std::uint32_t steps) {
+  return record(seq, kind, dtype, count, peer, algorithm, steps, State::Running);
+}
+
+std::uint64_t History::record(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count,
+                              int peer, std::string_view algorithm, std::uint32_t steps, State state) {
   constexpr auto relaxed = std::memory_order_relaxed;
   std::lock_guard lock(queued_lock_);
   const std::uint64_t id = next_id_.load(relaxed);
@@ -32,17 +42,18 @@ std::uint64_t History::queued(std::uint64_t seq, std::string_view kind, DataType
   // A seqlock's write: readers that see any new field see the id change.
   s.id.store(0, relaxed);
   std::atomic_thread_fence(std::memory_order_release);
+  const Clock::rep now = now_rep();
   s.seq.store(seq, relaxed);
   s.kind.store(kind.data(), relaxed);
-  s.algorithm.store("", relaxed);
+  s.algorithm.store(algorithm.data(), relaxed);
   s.dtype.store(dtype, relaxed);
   s.count.store(count, relaxed);
   s.peer.store(peer, relaxed);
-  s.state.store(State::Queued, relaxed);
-  s.queued.store(now_rep(), relaxed);
-  s.started.store(0, relaxed);
+  s.state.store(state, relaxed);
+  s.queued.store(now, relaxed);
+  s.started.store(state == State::Queued ? 0 : now, relaxed);
   s.ended.store(0, relaxed);
-  s.steps.store(0, relaxed);
+  s.steps.store(steps, relaxed);
   s.id.store(id, std::memory_order_release);
   return id;
 }

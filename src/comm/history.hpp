@@ -11,7 +11,7 @@
 // Times are recorded with the coarse clock (core/coarse_clock.hpp): to a
 // few milliseconds, which is what a report of a stuck call needs.
 //
-// Thread-safe. queued() takes a spin lock; started() and ended(), which a
+// Thread-safe. queued() and running() take a spin lock; started() and ended(), which a
 // small collective runs right after publishing its messages, take none and
 // no locked instruction at all: one would wait there for the published
 // line to reach the peer polling it (docs/performance.md). So started()
@@ -85,6 +85,10 @@ class History {
 
   // Returns an id for started/ended. `seq` is 0 for point-to-point calls.
   std::uint64_t queued(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer);
+  // queued() and started() at once, for a call that starts as it is made
+  // (a small call run by its caller): one lock and one look at the clock.
+  std::uint64_t running(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer,
+                        std::string_view algorithm, std::uint32_t steps);
   void started(std::uint64_t id, std::string_view algorithm, std::uint32_t steps);
   void ended(std::uint64_t id, bool ok);
 
@@ -118,6 +122,8 @@ class History {
     std::atomic<std::uint32_t> steps{0};
   };
   Slot* find(std::uint64_t id);
+  std::uint64_t record(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer,
+                       std::string_view algorithm, std::uint32_t steps, State state);
   // Slot `id`'s record as it stands, or nothing if it is not there or is
   // being rewritten.
   std::optional<Record> read(std::uint64_t id) const;

@@ -50,6 +50,24 @@ TEST_CASE("History: queued, running, done and failed calls, oldest first", "[his
   (void)d;
 }
 
+TEST_CASE("History: a call recorded as running at once shows its algorithm, then its end", "[history]") {
+  // running(): queued() and started() in one, as a small call run by its
+  // caller records itself.
+  History h;
+  LiveProgress live;
+  live.step = 0;
+  live.steps = 1;
+  const auto a = h.running(7, "all_reduce", DataType::Float32, 2, -1, "mailbox", 1);
+  std::string report = h.report(live, "head");
+  INFO(report);
+  CHECK(report.find("#7 all_reduce float32 x2 (mailbox): running, step 1 of 1") != std::string::npos);
+  CHECK(h.status_fields(live) == "call=all_reduce seq=7 algo=mailbox step=1/1 last_done=0");
+  h.ended(a, true);
+  report = h.report(live, "head");
+  CHECK(report.find("#7 all_reduce float32 x2 (mailbox): done in ") != std::string::npos);
+  CHECK(h.last_completed_seq() == 7);
+}
+
 TEST_CASE("History: the last completed call outlives its record", "[history]") {
   History h;
   LiveProgress live;
