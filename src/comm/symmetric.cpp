@@ -52,6 +52,18 @@ constexpr std::uint64_t kProbeEveryBytes = 32 << 20;
 // alternations: 1.2-1.4x out of place, 1.05-1.15x in place. Its own chunk
 // too, 4 alternations: 2 ranks 1.1-1.4x out of place.
 constexpr std::uint64_t kStreamOutputFrom = 8 << 20;
+// Out of place, from this size: the caller's input and output, twice the
+// bytes, would not both stay in the caches with the peers' (2 ranks, 2 MiB:
+// 8 MiB and more in all). Measured, `-b 1M -e 8M -f 2`, against 8 MiB: 2
+// ranks out of place 1.3-1.7x at 2 MiB and 1.2-1.4x at 4 MiB (5
+// alternations), 4 ranks 1.2-1.4x and 1.1-1.3x (4); in place it lost at
+// 2 MiB (0.7x) and was level at 4, so in place keeps kStreamOutputFrom.
+constexpr std::uint64_t kStreamOutOfPlaceFrom = 2 << 20;
+
+// Whether an all-reduce of `bytes` writes its output with streaming stores.
+bool streams_output(std::uint64_t bytes, bool in_place) {
+  return bytes >= (in_place ? kStreamOutputFrom : kStreamOutOfPlaceFrom);
+}
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
 
@@ -431,7 +443,7 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   // and streamed to the output, where the peers read it: while the probe
   // says so, and for a large call, whose output would not stay in the
   // caches anyway.
-  const bool stream = streaming_ || bytes >= kStreamOutputFrom;
+  const bool stream = streaming_ || streams_output(bytes, in_begin == out_begin);
   if (stream && folded_.size() < block) folded_.resize(kFoldBlockBytes);
   for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
     const std::size_t n = std::min(block, end - at) / elem;
@@ -486,7 +498,7 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
   auto meet = open_call(call.seq, steps, call.count * elem, deadline, label);
   // The peers' reduced chunks go into a large output past the caches,
   // which it would not stay in anyway: no line of it is read first.
-  const bool stream_output = call.count * elem >= kStreamOutputFrom;
+  const bool stream_output = streams_output(call.count * elem, call.input == call.output);
   if (stream_output && folded_.size() < kFoldBlockBytes) folded_.resize(kFoldBlockBytes);
   const auto* in = static_cast<const unsigned char*>(call.input);
   auto* out = static_cast<unsigned char*>(call.output);

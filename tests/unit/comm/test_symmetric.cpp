@@ -110,15 +110,18 @@ TEST_CASE("all-reduce on symmetric memory matches the serial reference, in place
   check_on_symmetric_memory(comms, cases, "stores " + stores);
 }
 
-TEST_CASE("all-reduces of 8 MiB and more on symmetric memory, whose outputs are written past the caches, match the serial reference", "[comm][symmetric]") {
-  // From 8 MiB the fold goes through a block of its own and the output is
-  // streamed whatever the stores are set to ("cache" here).
+TEST_CASE("all-reduces on symmetric memory whose outputs are written past the caches (8 MiB, 2 MiB out of place) match the serial reference", "[comm][symmetric]") {
+  // From 8 MiB (2 MiB out of place) the fold goes through a block of its
+  // own and the output is streamed whatever the stores are set to
+  // ("cache" here).
   const int world = GENERATE(2, 3);
   const auto comms = make_comms(world, shm_options(), [](int, CommOptions& options) { options.staged_stores = "cache"; });
   std::vector<Case> cases;
-  for (DataType dtype : {DataType::Float32, DataType::BFloat16})
+  for (DataType dtype : {DataType::Float32, DataType::BFloat16}) {
     for (bool in_place : {false, true})
       cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (8u << 20) / size_of(dtype) + 7, in_place});
+    cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (2u << 20) / size_of(dtype) + 3, false});
+  }
   check_on_symmetric_memory(comms, cases, "8 MiB");
 }
 
