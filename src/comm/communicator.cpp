@@ -518,7 +518,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       std::lock_guard lock(queue_mutex);
       if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
       seq = next_seq++;
-      id = history.running(seq, kind, dtype, count, -1, "mailbox", 1);
+      id = history.running(seq, kind, dtype, count, -1, "mailbox", 1, queued_at);
       last_enqueue = queued_at;
     }
     comm::RunLabel l;
@@ -532,7 +532,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     try {
       if (mailbox->run({c, input, output, count, dtype, op, seq}, deadline, l, kInlineGrace)) {
         if (c == Collective::AllReduce && op == ReduceOp::Avg) core::scale(output, count, dtype, world);
-        history.ended(id, true);
+        // Within kInlineGrace of queued_at: the same time, to the coarse
+        // clock's few milliseconds, without another look at it.
+        history.ended(id, true, queued_at);
         return Work();
       }
     } catch (const Error& raw) {

@@ -21,16 +21,17 @@ History::Clock::time_point at(History::Clock::rep r) { return History::Clock::ti
 
 std::uint64_t History::queued(std::uint64_t seq, std::string_view kind, DataType dtype,
                               std::uint64_t count, int peer) {
-  return record(seq, kind, dtype, count, peer, "", 0, State::Queued);
+  return record(seq, kind, dtype, count, peer, "", 0, State::Queued, now_rep());
 }
 
 std::uint64_t History::running(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count,
-                               int peer, std::string_view algorithm, std::uint32_t steps) {
-  return record(seq, kind, dtype, count, peer, algorithm, steps, State::Running);
+                               int peer, std::string_view algorithm, std::uint32_t steps, Clock::time_point now) {
+  return record(seq, kind, dtype, count, peer, algorithm, steps, State::Running, now.time_since_epoch().count());
 }
 
 std::uint64_t History::record(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count,
-                              int peer, std::string_view algorithm, std::uint32_t steps, State state) {
+                              int peer, std::string_view algorithm, std::uint32_t steps, State state,
+                              Clock::rep now) {
   constexpr auto relaxed = std::memory_order_relaxed;
   std::lock_guard lock(queued_lock_);
   const std::uint64_t id = next_id_.load(relaxed);
@@ -42,7 +43,6 @@ std::uint64_t History::record(std::uint64_t seq, std::string_view kind, DataType
   // A seqlock's write: readers that see any new field see the id change.
   s.id.store(0, relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  const Clock::rep now = now_rep();
   s.seq.store(seq, relaxed);
   s.kind.store(kind.data(), relaxed);
   s.algorithm.store(algorithm.data(), relaxed);
@@ -75,9 +75,11 @@ void History::started(std::uint64_t id, std::string_view algorithm, std::uint32_
   }
 }
 
-void History::ended(std::uint64_t id, bool ok) {
+void History::ended(std::uint64_t id, bool ok) { ended(id, ok, at(now_rep())); }
+
+void History::ended(std::uint64_t id, bool ok, Clock::time_point when) {
   if (Slot* s = find(id)) {
-    s->ended.store(now_rep(), std::memory_order_relaxed);
+    s->ended.store(when.time_since_epoch().count(), std::memory_order_relaxed);
     s->state.store(ok ? State::Done : State::Failed, std::memory_order_release);
   }
 }

@@ -85,12 +85,15 @@ class History {
 
   // Returns an id for started/ended. `seq` is 0 for point-to-point calls.
   std::uint64_t queued(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer);
-  // queued() and started() at once, for a call that starts as it is made
-  // (a small call run by its caller): one lock and one look at the clock.
+  // queued() and started() at once, `now` (a coarse clock's reading), for
+  // a call that starts as it is made (a small call run by its caller): one
+  // lock and no look at the clock.
   std::uint64_t running(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer,
-                        std::string_view algorithm, std::uint32_t steps);
+                        std::string_view algorithm, std::uint32_t steps, Clock::time_point now);
   void started(std::uint64_t id, std::string_view algorithm, std::uint32_t steps);
   void ended(std::uint64_t id, bool ok);
+  // ended() at `when`, for a caller that has just read the coarse clock.
+  void ended(std::uint64_t id, bool ok, Clock::time_point when);
 
   // The last completed collective sequence number (0: none).
   std::uint64_t last_completed_seq() const;
@@ -123,7 +126,7 @@ class History {
   };
   Slot* find(std::uint64_t id);
   std::uint64_t record(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer,
-                       std::string_view algorithm, std::uint32_t steps, State state);
+                       std::string_view algorithm, std::uint32_t steps, State state, Clock::rep now);
   // Slot `id`'s record as it stands, or nothing if it is not there or is
   // being rewritten.
   std::optional<Record> read(std::uint64_t id) const;

@@ -57,12 +57,12 @@ TEST_CASE("History: a call recorded as running at once shows its algorithm, then
   LiveProgress live;
   live.step = 0;
   live.steps = 1;
-  const auto a = h.running(7, "all_reduce", DataType::Float32, 2, -1, "mailbox", 1);
+  const auto a = h.running(7, "all_reduce", DataType::Float32, 2, -1, "mailbox", 1, std::chrono::steady_clock::now());
   std::string report = h.report(live, "head");
   INFO(report);
   CHECK(report.find("#7 all_reduce float32 x2 (mailbox): running, step 1 of 1") != std::string::npos);
   CHECK(h.status_fields(live) == "call=all_reduce seq=7 algo=mailbox step=1/1 last_done=0");
-  h.ended(a, true);
+  h.ended(a, true, std::chrono::steady_clock::now());
   report = h.report(live, "head");
   CHECK(report.find("#7 all_reduce float32 x2 (mailbox): done in ") != std::string::npos);
   CHECK(h.last_completed_seq() == 7);
