@@ -400,6 +400,11 @@ void SymmetricMemory::before_slot_call(std::uint64_t bytes, std::uint64_t seq, C
   count_towards_probe(bytes, false);
 }
 
+unsigned char* SymmetricMemory::fold_aside() {
+  if (folded_.size() < kFoldBlockBytes) folded_.resize(kFoldBlockBytes);
+  return folded_.data();
+}
+
 void SymmetricMemory::copy_for_peers(void* to, const void* from, std::size_t bytes) const {
   copy_bytes(to, from, bytes, streaming_);
 }
@@ -444,10 +449,10 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   // says so, and for a large call, whose output would not stay in the
   // caches anyway.
   const bool stream = streaming_ || streams_output(bytes, in_begin == out_begin);
-  if (stream && folded_.size() < block) folded_.resize(kFoldBlockBytes);
+  unsigned char* const aside = stream ? fold_aside() : nullptr;
   for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
     const std::size_t n = std::min(block, end - at) / elem;
-    unsigned char* to = stream ? folded_.data() : out_begin + at;
+    unsigned char* to = stream ? aside : out_begin + at;
     core::reduce_into(to, inputs[rank] + at, inputs[(rank + 1) % world] + at, n, call.dtype, call.op);
     for (int k = 2; k < world; ++k) core::reduce(to, inputs[(rank + k) % world] + at, n, call.dtype, call.op);
     if (stream) core::stream_copy(out_begin + at, to, n * elem);
@@ -496,10 +501,11 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
   me->call = RegionCall{call.seq, call.count, static_cast<std::uint32_t>(call.dtype),
                         static_cast<std::uint32_t>(call.op), kStagedCall, kStagedCall, 0, 0};
   auto meet = open_call(call.seq, steps, call.count * elem, deadline, label);
-  // The peers' reduced chunks go into a large output past the caches,
-  // which it would not stay in anyway: no line of it is read first.
+  // A large output, which would not stay in the caches anyway, is written
+  // past them (its own chunk folded aside, then the peers' reduced
+  // chunks): no line of it is read first.
   const bool stream_output = streams_output(call.count * elem, call.input == call.output);
-  if (stream_output && folded_.size() < kFoldBlockBytes) folded_.resize(kFoldBlockBytes);
+  unsigned char* const aside = stream_output ? fold_aside() : nullptr;
   const auto* in = static_cast<const unsigned char*>(call.input);
   auto* out = static_cast<unsigned char*>(call.output);
   const std::size_t block = kFoldBlockBytes / elem * elem;
@@ -525,12 +531,10 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
       if (probe) probe_placement(meet, deadline, label);
     }
     // This rank's chunk: its input's share and every peer's, into its
-    // output and, for the peers to copy, into its half. A large output
-    // gets the block folded aside, in the first-level cache, and streamed
-    // to it: no line of the output is read first.
+    // output and, for the peers to copy, into its half.
     for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
       const std::size_t n = std::min(block, end - at);
-      unsigned char* to = stream_output ? folded_.data() : dst + at;
+      unsigned char* to = stream_output ? aside : dst + at;
       core::reduce_into(to, src + at, area((rank + 1) % world) + at, n / elem, call.dtype, call.op);
       for (int k = 2; k < world; ++k) core::reduce(to, area((rank + k) % world) + at, n / elem, call.dtype, call.op);
       copy_for_peers(area(rank) + at, to, n);

@@ -107,6 +107,8 @@ class SymmetricMemory {
   // through them (every rank alike), every rank holds one more meeting and
   // bounces a cache line with a rank on another CPU
   // (comm/placement_probe.hpp), and streams while the CPUs are far apart.
+  // Whatever it is, a large call's output (8 MiB, 2 MiB out of place) is
+  // written with streaming stores.
   enum class Stores { Auto, Cache, Stream };
   // Collective, at creation: `bytes` of staging memory per rank for
   // all_reduce_staged(); false on every rank when one could not, or when
@@ -211,7 +213,10 @@ class SymmetricMemory {
   bool streaming_ = false;
   std::uint64_t probes_ = 0;  // probes held: each one's own ball values
   std::atomic<bool>* placement_out_ = nullptr;
-  std::vector<unsigned char> folded_;  // a block folded aside, to be streamed out
+  std::vector<unsigned char> folded_;  // see fold_aside()
+  // The block (kFoldBlockBytes) a fold goes into, in the first-level
+  // cache, before it is streamed out.
+  unsigned char* fold_aside();
   // Whether the next call probes: every rank does, whatever its Stores, so
   // that every rank holds the same meetings and has a partner; only Auto
   // acts on it.
