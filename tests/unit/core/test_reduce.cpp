@@ -1,5 +1,7 @@
 // core::reduce / reduce_into / scale: every dtype x op against the scalar
-// reference, for counts 0, 1, 7 and 1000003, through every entry point
+// reference, for counts 0, 1, 7 and 1000003 and either side of where a
+// few elements' loops give way to the vectorised clones (256 bytes: 32
+// float64, 64 float32, 256 int8), through every entry point
 // (two-operand, three-operand, dst == a, dst == b, unaligned pointers).
 #include <catch2/catch.hpp>
 
@@ -137,7 +139,7 @@ void check_result(DataType t, ReduceOp op, const unsigned char* got, const unsig
 TEST_CASE("reduce matches the scalar reference for every dtype x op", "[reduce]") {
   const DataType t = GENERATE(from_range(std::begin(kAllTypes), std::end(kAllTypes)));
   const ReduceOp op = GENERATE(from_range(std::begin(kAllOps), std::end(kAllOps)));
-  const std::size_t count = GENERATE(0, 1, 7, 1000003);
+  const std::size_t count = GENERATE(0, 1, 7, 32, 33, 64, 65, 256, 257, 1000003);
   const std::size_t elem = size_of(t);
   CAPTURE(name(t), name(op), count);
 
