@@ -185,7 +185,8 @@ bool aligned(const void* p, std::size_t alignment) {
 constexpr std::size_t kFewBytes = 256;
 
 bool few_enough(std::size_t count, DataType dtype) {
-  return dtype != DataType::Float16 && count <= kFewBytes / size_of(dtype);
+  // Multiplied, not divided (a division by the element size is one again).
+  return dtype != DataType::Float16 && count <= kFewBytes && count * size_of(dtype) <= kFewBytes;
 }
 
 // Runs run.operator()<ArithCodec, OrderCodec>() for dtype's codecs.
