@@ -216,7 +216,7 @@ class ShmLink final : public Link {
         if (head - out_tail_cache_ == slots) break;  // the peer has not caught up
       }
       Pending& p = sendq_.front();
-      unsigned char* slot = out_slots_[head % slots];
+      unsigned char* slot = out_slots_[head & (slots - 1)];  // slots: a power of two
       auto* h = reinterpret_cast<SlotHeader*>(slot);
       const std::size_t n = std::min(slot_bytes, p.bytes - p.done);
       h->seq = p.tag.seq;
@@ -253,7 +253,7 @@ class ShmLink final : public Link {
     const std::uint32_t slots = geometry_.slots;
     bool moved = false;
     for (;;) {
-      const unsigned char* slot = in_slots_[in_tail_ % slots];
+      const unsigned char* slot = in_slots_[in_tail_ & (slots - 1)];  // a power of two: no division
       auto* h = reinterpret_cast<SlotHeader*>(const_cast<unsigned char*>(slot));
       if (std::atomic_ref<std::uint32_t>(h->ready).load(std::memory_order_acquire) != in_tail_ + 1) {
         // A small message's payload lines are asked for while the header
@@ -286,7 +286,7 @@ class ShmLink final : public Link {
       if (n == 0 && sink_.bytes > 0)
         KIZUNA_THROW(ErrorCode::Internal, "shared memory from rank ", peer_, ": an empty slot at offset ",
                      received_, " of a ", sink_.bytes, "-byte message");
-      if (sink_.src != nullptr && n % size_of(sink_.dtype) != 0)
+      if (sink_.src != nullptr && (n & (size_of(sink_.dtype) - 1)) != 0)
         KIZUNA_THROW(ErrorCode::Internal, "shared memory from rank ", peer_, ": a slot of ", n,
                      " bytes to reduce, not a whole number of ", name(sink_.dtype), " elements");
       const unsigned char* payload = n <= kInlineBytes ? h->inline_data : slot + sizeof(SlotHeader);
