@@ -172,38 +172,11 @@ void check_args(DataType dtype, ReduceOp op) {
 }
 
 // `alignment` is an element size, a power of two: a mask, not a division.
+// A 64-bit division costs about 10 ns on this project's machine, and
+// reduce_into() tests three pointers: 2 float32 took 44-49 ns a call with
+// the remainder, 11-16 ns with the mask (docs/performance.md).
 bool aligned(const void* p, std::size_t alignment) {
   return (reinterpret_cast<std::uintptr_t>(p) & (alignment - 1)) == 0;
-}
-
-// A few elements, a small message's, are folded by the plain loops
-// compiled for the baseline, here, without the call into a vectorised
-// clone, whose set-up costs more than the fold: 2 ranks, 8 B, the
-// mailbox's fold took 184 instructions a call through the clones
-// (docs/performance.md). float16 keeps its converters
-// (core/reduce_f16_x86.hpp): the baseline converts in software.
-constexpr std::size_t kFewBytes = 256;
-
-bool few_enough(std::size_t count, DataType dtype) {
-  // Multiplied, not divided (a division by the element size is one again).
-  return dtype != DataType::Float16 && count <= kFewBytes && count * size_of(dtype) <= kFewBytes;
-}
-
-// Runs run.operator()<ArithCodec, OrderCodec>() for dtype's codecs.
-template <typename Run>
-void few(DataType dtype, Run&& run) {
-  switch (dtype) {
-    case DataType::Int8: return run.template operator()<Plain<std::uint8_t>, Plain<std::int8_t>>();
-    case DataType::UInt8: return run.template operator()<Plain<std::uint8_t>, Plain<std::uint8_t>>();
-    case DataType::Int32: return run.template operator()<Plain<std::uint32_t>, Plain<std::int32_t>>();
-    case DataType::UInt32: return run.template operator()<Plain<std::uint32_t>, Plain<std::uint32_t>>();
-    case DataType::Int64: return run.template operator()<Plain<std::uint64_t>, Plain<std::int64_t>>();
-    case DataType::UInt64: return run.template operator()<Plain<std::uint64_t>, Plain<std::uint64_t>>();
-    case DataType::Float16: return run.template operator()<Half, Half>();
-    case DataType::BFloat16: return run.template operator()<BFloat, BFloat>();
-    case DataType::Float32: return run.template operator()<Plain<float>, Plain<float>>();
-    case DataType::Float64: return run.template operator()<Plain<double>, Plain<double>>();
-  }
 }
 
 // Pointers that are not aligned to their element size (a byte offset into a
@@ -236,8 +209,6 @@ void reduce(void* dst, const void* src, std::size_t count, DataType dtype, Reduc
   if (count == 0) return;
   KIZUNA_CHECK_ARG(dst != nullptr && src != nullptr, "reduce: null buffer with count ", count);
   const std::size_t elem = size_of(dtype);
-  if (few_enough(count, dtype) && dst != src && aligned(dst, elem) && aligned(src, elem))
-    return few(dtype, [&]<typename A, typename O>() { run2<A, O>(dst, src, count, op); });
   const Kernels k = kernels_for(dtype);
   if (dst == src) {
     // x op x: fold through a copy so the restrict loop never sees aliasing.
@@ -263,8 +234,6 @@ void reduce_into(void* dst, const void* a, const void* b, std::size_t count, Dat
   if (dst == a) return reduce(dst, b, count, dtype, op);
   if (dst == b) return reduce(dst, a, count, dtype, op);
   const std::size_t elem = size_of(dtype);
-  if (few_enough(count, dtype) && aligned(dst, elem) && aligned(a, elem) && aligned(b, elem))
-    return few(dtype, [&]<typename A, typename O>() { run3<A, O>(dst, a, b, count, op); });
   const Kernels k = kernels_for(dtype);
   if (!aligned(dst, elem) || !aligned(a, elem) || !aligned(b, elem)) {
     bounce(dst, a, b, count, elem,

@@ -6,8 +6,7 @@
 // end with scale(). They are written so the compiler vectorises them and are
 // compiled three times (x86-64, x86-64-v3 = AVX2+F16C+FMA, x86-64-v4 =
 // AVX-512); the loader picks the best one for the running CPU, so the
-// portable build runs on any x86-64. A few elements (up to 256 bytes, a
-// small message's) skip that dispatch for loops compiled for the baseline.
+// portable build runs on any x86-64.
 //
 // Semantics are those of kernels/reduce.cuh: 16-bit floats computed in
 // float32 and rounded to nearest-even when stored, NaN propagates, integers

@@ -1,7 +1,6 @@
 // core::reduce / reduce_into / scale: every dtype x op against the scalar
-// reference, for counts 0, 1, 7 and 1000003 and either side of where a
-// few elements' loops give way to the vectorised clones (256 bytes: 32
-// float64, 64 float32, 256 int8), through every entry point
+// reference, for counts 0, 1, 7, 1000003 and either side of multiples of
+// the vector widths (32, 64, 256 elements), through every entry point
 // (two-operand, three-operand, dst == a, dst == b, unaligned pointers).
 #include <catch2/catch.hpp>
 
