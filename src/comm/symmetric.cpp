@@ -64,6 +64,7 @@ constexpr std::uint64_t kStreamOutOfPlaceFrom = 2 << 20;
 bool streams_output(std::uint64_t bytes, bool in_place) {
   return bytes >= (in_place ? kStreamOutputFrom : kStreamOutOfPlaceFrom);
 }
+
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
 

@@ -174,7 +174,7 @@ void check_args(DataType dtype, ReduceOp op) {
 // `alignment` is an element size, a power of two: a mask, not a division.
 // A 64-bit division costs about 10 ns on this project's machine, and
 // reduce_into() tests three pointers: 2 float32 took 44-49 ns a call with
-// the remainder, 11-16 ns with the mask (docs/performance.md).
+// the remainder, 11-19 ns with the mask (docs/performance.md).
 bool aligned(const void* p, std::size_t alignment) {
   return (reinterpret_cast<std::uintptr_t>(p) & (alignment - 1)) == 0;
 }
@@ -208,8 +208,8 @@ void reduce(void* dst, const void* src, std::size_t count, DataType dtype, Reduc
   check_args(dtype, op);
   if (count == 0) return;
   KIZUNA_CHECK_ARG(dst != nullptr && src != nullptr, "reduce: null buffer with count ", count);
-  const std::size_t elem = size_of(dtype);
   const Kernels k = kernels_for(dtype);
+  const std::size_t elem = size_of(dtype);
   if (dst == src) {
     // x op x: fold through a copy so the restrict loop never sees aliasing.
     bounce(dst, src, src, count, elem,
@@ -233,8 +233,8 @@ void reduce_into(void* dst, const void* a, const void* b, std::size_t count, Dat
   // Every operator is commutative, so dst == b folds a into dst.
   if (dst == a) return reduce(dst, b, count, dtype, op);
   if (dst == b) return reduce(dst, a, count, dtype, op);
-  const std::size_t elem = size_of(dtype);
   const Kernels k = kernels_for(dtype);
+  const std::size_t elem = size_of(dtype);
   if (!aligned(dst, elem) || !aligned(a, elem) || !aligned(b, elem)) {
     bounce(dst, a, b, count, elem,
            [&](void* d, const void* s, std::size_t n) { k.reduce2(d, s, n, op); });

@@ -129,7 +129,7 @@ TEST_CASE("staged all-reduces whose outputs are written past the caches (8 MiB, 
       cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (8u << 20) / size_of(dtype) + 7, in_place});
     cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (2u << 20) / size_of(dtype) + 3, false});
   }
-  sweep(comms, cases, "8 MiB, world " + std::to_string(world));
+  sweep(comms, cases, "streamed outputs, world " + std::to_string(world));
 }
 
 TEST_CASE("staged all-reduces that probe how far apart the ranks are, every 64th, keep every result", "[comm][staged]") {

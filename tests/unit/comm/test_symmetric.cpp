@@ -122,7 +122,7 @@ TEST_CASE("all-reduces on symmetric memory whose outputs are written past the ca
       cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (8u << 20) / size_of(dtype) + 7, in_place});
     cases.push_back({Op::AllReduce, dtype, ReduceOp::Sum, (2u << 20) / size_of(dtype) + 3, false});
   }
-  check_on_symmetric_memory(comms, cases, "8 MiB");
+  check_on_symmetric_memory(comms, cases, "streamed outputs");
 }
 
 TEST_CASE("symmetric memory is unlinked from /dev/shm once mapped, and outlives its communicator", "[comm][symmetric]") {
