@@ -38,6 +38,7 @@
 #include "core/check.hpp"
 #include "core/coarse_clock.hpp"
 #include "core/env.hpp"
+#include "core/futex_mutex.hpp"
 #include "core/launch_env.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
@@ -220,7 +221,6 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
   std::deque<std::shared_ptr<Task>> queue;
-  std::uint64_t next_seq = 1;
   bool stopping = false;
   // Waking the worker for every call costs two thread switches per call,
   // which is most of a small all-reduce's time when ranks outnumber cores.
@@ -230,8 +230,18 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // next nap's end.
   bool callers_wait = false;
   bool worker_asleep = false;
-  Clock::time_point last_enqueue;
-  std::mutex exec_mutex;  // held while a task runs
+  std::atomic<Clock::time_point> last_enqueue{};
+  // The next collective's sequence number, shifted left by one, and in the
+  // lowest bit whether try_mailbox's way is closed: it is open while
+  // callers wait for their calls at once (callers_wait), nothing is queued
+  // and the communicator is not stopping. Changed under queue_mutex, but
+  // for try_mailbox, which takes a number from an open gate with one
+  // compare-exchange instead of the queue's lock (with exec_mutex held, so
+  // that nothing runs meanwhile): a thread that queues a call closes the
+  // gate before it takes a number, so a call taken that way never runs
+  // ahead of one queued before it.
+  std::atomic<std::uint64_t> gate{(1 << 1) | 1};  // number 1, closed
+  core::FutexMutex exec_mutex;  // held while a task runs
   // The communicator whose exec_mutex this thread holds, if any: a Work's
   // callback, which runs while its task's thread still holds it, may call
   // and wait on the same communicator (a torch future's callback does),
@@ -277,6 +287,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       std::lock_guard lock(queue_mutex);
       if (stopping) return;
       stopping = true;
+      close_gate();
     }
     queue_cv.notify_all();
     // A thread that cannot wait for the worker (the worker itself, or one
@@ -311,7 +322,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
             const Clock::time_point until = queue.front()->queued_at + kInlineGrace;
             if (stopping || now >= until) break;
             queue_cv.wait_until(lock, until);
-          } else if (callers_wait && now - last_enqueue < kAwake) {
+          } else if (callers_wait && now - last_enqueue.load(std::memory_order_relaxed) < kAwake) {
             queue_cv.wait_until(lock, now + kWorkerNap);
           } else if (direct_in_flight.load() > 0 && !broken.load()) {
             worker_asleep = true;  // a call queued now wakes it, as below
@@ -341,6 +352,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         task = queue.front();
         queue.pop_front();
         callers_wait = false;
+        close_gate();
       }
       const HoldingExec holding(this);
       run_task(*task);
@@ -371,6 +383,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
   }
 
+  // The gate's lowest bit (see `gate`), under queue_mutex.
+  void close_gate() { gate.fetch_or(1, std::memory_order_relaxed); }
+  void open_gate() { gate.fetch_and(~std::uint64_t{1}, std::memory_order_relaxed); }
+
   // exec_mutex for a caller about to run its call itself, unless a call is
   // really running. The worker also holds it for a moment after a call
   // ends (it finishes the Work while holding it, and drops the task): a
@@ -378,7 +394,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // the worker's moment for a running call, or its call is left to the
   // worker after kInlineGrace, and the next one again (measured: 150 us a
   // call for a whole sweep size, on one rank in a third of 2-rank runs).
-  std::unique_lock<std::mutex> take_exec_briefly() {
+  std::unique_lock<core::FutexMutex> take_exec_briefly() {
     std::unique_lock exec(exec_mutex, std::try_to_lock);
     for (int tries = 0; !exec && tries < kExecTries; ++tries) {
       std::this_thread::yield();
@@ -423,6 +439,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
         next = queue.front();
         queue.pop_front();
         if (at_once) callers_wait = true;
+        if (callers_wait && queue.empty()) open_gate();
       }
       run_task(*next);
       if (next == task) return;
@@ -470,9 +487,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     {
       std::lock_guard lock(queue_mutex);
       if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
-      t.seq = next_seq++;
+      t.seq = gate.fetch_add(2, std::memory_order_relaxed) >> 1;
       record_queued(t, true);
-      last_enqueue = t.queued_at;
+      last_enqueue.store(t.queued_at, std::memory_order_relaxed);
     }
     if (run_task(t, kInlineGrace)) return t.work ? Work(t.work) : Work();
     return queue_part_run(std::move(t), exec);
@@ -481,13 +498,14 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // A direct call left part-run after kInlineGrace: queued first (calls
   // queued meanwhile came after it), for its caller's wait or the worker
   // to finish. Releases `exec`.
-  Work queue_part_run(Task t, std::unique_lock<std::mutex>& exec) {
+  Work queue_part_run(Task t, std::unique_lock<core::FutexMutex>& exec) {
     auto task = std::make_shared<Task>(std::move(t));
     task->queued_at = Clock::now();  // the worker's grace, and run_inline's, start now
     make_work(task);
     bool wake = false;
     {
       std::lock_guard lock(queue_mutex);
+      close_gate();
       queue.push_front(task);
       wake = worker_asleep;
     }
@@ -511,16 +529,13 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     std::unique_lock exec = take_exec_briefly();
     if (!exec) return std::nullopt;
     const HoldingExec holding(this);
+    std::uint64_t g = gate.load(std::memory_order_relaxed);
+    if ((g & 1) != 0 || !gate.compare_exchange_strong(g, g + 2, std::memory_order_relaxed)) return std::nullopt;
+    const std::uint64_t seq = g >> 1;
     const Clock::time_point queued_at = core::coarse_now();
     const std::string_view kind = algo::name(c);
-    std::uint64_t seq = 0, id = 0;
-    {
-      std::lock_guard lock(queue_mutex);
-      if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
-      seq = next_seq++;
-      id = history.running(seq, kind, dtype, count, -1, "mailbox", 1, queued_at);
-      last_enqueue = queued_at;
-    }
+    const std::uint64_t id = history.running(seq, kind, dtype, count, -1, "mailbox", 1, queued_at);
+    last_enqueue.store(queued_at, std::memory_order_relaxed);
     comm::RunLabel l;
     l.rank = rank;
     l.comm = &name;
@@ -697,13 +712,14 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     {
       std::lock_guard lock(queue_mutex);
       KIZUNA_CHECK_ARG(!stopping, "communicator ", name, " is being destroyed");
+      close_gate();  // before the numbers are taken: see `gate`
       for (const auto& task : tasks) {
-        if (task->kind == Task::Kind::Collective) task->seq = next_seq++;
+        if (task->kind == Task::Kind::Collective) task->seq = gate.fetch_add(2, std::memory_order_relaxed) >> 1;
         record_queued(*task);
         make_work(task);
         queue.push_back(task);
       }
-      last_enqueue = tasks.back()->queued_at;
+      last_enqueue.store(tasks.back()->queued_at, std::memory_order_relaxed);
       wake = !callers_wait || worker_asleep;
     }
     if (wake) queue_cv.notify_one();
@@ -1133,25 +1149,43 @@ thread_local const Communicator::Impl* Communicator::Impl::holding_exec = nullpt
 
 namespace {
 
-void check_buffer(const void* p, std::size_t count, const char* what, const char* call) {
-  KIZUNA_CHECK_ARG(p != nullptr || count == 0, call, ": ", what, " is null with count ", count);
+// The checks on every call's arguments: the test inline, the message out
+// of line, so that a call that passes them pays a few instructions (the
+// throw's arguments spilled to the stack cost every all-reduce about 150).
+
+[[noreturn, gnu::cold, gnu::noinline]] void null_buffer(std::size_t count, const char* what, const char* call) {
+  KIZUNA_THROW(ErrorCode::InvalidArgument, call, ": ", what, " is null with count ", count);
+}
+
+inline void check_buffer(const void* p, std::size_t count, const char* what, const char* call) {
+  if (p == nullptr && count != 0) [[unlikely]]
+    null_buffer(count, what, call);
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void too_many_bytes(std::size_t count, DataType dtype, std::size_t ranks,
+                                                           const char* call) {
+  KIZUNA_THROW(ErrorCode::InvalidArgument, call, ": a count of ", count, " ", name(dtype), " elements",
+               ranks > 1 ? " times the world size" : "", " is more bytes than memory holds");
 }
 
 // What a call's buffers hold, in bytes, must be a size: a count that
 // overflows it would address far outside the caller's buffers.
-void check_size(std::size_t count, DataType dtype, std::size_t ranks, const char* call) {
+inline void check_size(std::size_t count, DataType dtype, std::size_t ranks, const char* call) {
   std::size_t bytes = 0;  // a multiplication, not a division: this is on every call's path
-  const bool overflows = __builtin_mul_overflow(count, size_of(dtype) * ranks, &bytes) ||
-                         bytes > static_cast<std::size_t>(PTRDIFF_MAX);
-  KIZUNA_CHECK_ARG(!overflows, call, ": a count of ", count, " ", name(dtype),
-                   " elements", ranks > 1 ? " times the world size" : "", " is more bytes than memory holds");
+  if (__builtin_mul_overflow(count, size_of(dtype) * ranks, &bytes) || bytes > static_cast<std::size_t>(PTRDIFF_MAX))
+      [[unlikely]]
+    too_many_bytes(count, dtype, ranks, call);
 }
 
-void check_types(DataType dtype, ReduceOp op, const char* call) {
+[[noreturn, gnu::cold, gnu::noinline]] void bad_types(DataType dtype, ReduceOp op, const char* call) {
   KIZUNA_CHECK_ARG(is_valid(dtype), call, ": invalid data type code ", static_cast<int>(dtype));
   KIZUNA_CHECK_ARG(is_valid(op), call, ": invalid reduction code ", static_cast<int>(op));
-  KIZUNA_CHECK_ARG(op != ReduceOp::Avg || is_floating(dtype), call,
-                   ": avg is defined for floating types only, not ", name(dtype));
+  KIZUNA_THROW(ErrorCode::InvalidArgument, call, ": avg is defined for floating types only, not ", name(dtype));
+}
+
+inline void check_types(DataType dtype, ReduceOp op, const char* call) {
+  if (!is_valid(dtype) || !is_valid(op) || (op == ReduceOp::Avg && !is_floating(dtype))) [[unlikely]]
+    bad_types(dtype, op, call);
 }
 
 // A send or receive task (buffers left to the caller), its arguments checked.

@@ -43,16 +43,16 @@ Mailbox::Mailbox(MailboxSetup setup) : setup_(std::move(setup)) {
                " regions for ", setup_.world, " ranks");
 }
 
-Doorbell Mailbox::doorbell(int rank) const {
+inline Doorbell Mailbox::doorbell(int rank) const {
   Status& s = status(rank);
   return {s.doorbell, s.sleeping};
 }
 
-Mailbox::Status& Mailbox::status(int rank) const {
+inline Mailbox::Status& Mailbox::status(int rank) const {
   return *reinterpret_cast<Status*>(setup_.regions[rank]);
 }
 
-Mailbox::Box& Mailbox::box(int rank, std::uint64_t m) const {
+inline Mailbox::Box& Mailbox::box(int rank, std::uint64_t m) const {
   return reinterpret_cast<Box*>(setup_.regions[rank] + sizeof(Status))[m % 2];
 }
 
