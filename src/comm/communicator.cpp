@@ -35,6 +35,7 @@
 #include "comm/staged_call.hpp"
 #include "comm/symmetric.hpp"
 #include "comm/work_state.hpp"
+#include "core/asymmetric_fence.hpp"
 #include "core/check.hpp"
 #include "core/coarse_clock.hpp"
 #include "core/env.hpp"
@@ -1364,6 +1365,9 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     wait.yield = std::chrono::microseconds(yield_us);
     wait.aborted = &impl->broken;
     wait.live = &impl->live;
+    // As for the shared-memory links' doorbells above: only a rank that
+    // spins before it sleeps can afford a heavy fence when it sleeps.
+    wait.light = spin_us > 0 && core::asymmetric_fence_available();
     comm::SymmetricSetup sym{wait, options.store.get(), impl->name, impl->topology.comm_id};
     impl->symmetric = std::make_unique<comm::SymmetricMemory>(std::move(sym));
     // Below this the slots are as fast or faster: their one pass per

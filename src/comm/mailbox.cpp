@@ -18,6 +18,7 @@ struct Mailbox::Status {
   std::atomic<std::uint32_t> what;  // an algo::Collective
   alignas(64) std::atomic<std::uint32_t> doorbell;
   std::atomic<std::uint32_t> sleeping;
+  std::atomic<std::uint32_t> light_ring;  // see comm/node_wait.hpp
 };
 
 struct Mailbox::Box {
@@ -41,11 +42,14 @@ std::size_t Mailbox::region_bytes() {
 Mailbox::Mailbox(MailboxSetup setup) : setup_(std::move(setup)) {
   KIZUNA_CHECK(static_cast<int>(setup_.regions.size()) == setup_.world, "mailbox: ", setup_.regions.size(),
                " regions for ", setup_.world, " ranks");
+  // Set once, before this rank first sleeps; a peer that reads it unset
+  // fences, which is always safe.
+  status(setup_.rank).light_ring.store(setup_.light ? 1 : 0, std::memory_order_relaxed);
 }
 
 inline Doorbell Mailbox::doorbell(int rank) const {
   Status& s = status(rank);
-  return {s.doorbell, s.sleeping};
+  return {s.doorbell, s.sleeping, &s.light_ring};
 }
 
 inline Mailbox::Status& Mailbox::status(int rank) const {

@@ -27,7 +27,9 @@
 // deadline.
 //
 // Waiting spins, yields, then sleeps on the rank's doorbell
-// (comm/node_wait.hpp, as for symmetric memory); it watches the awaited
+// (comm/node_wait.hpp, as for symmetric memory; with MailboxSetup::light
+// the doorbell asks for light rings, and a call posts without a fence to
+// peers whose doorbells do the same); it watches the awaited
 // peer's connection (its death is PeerLost, its abort notice that error),
 // the communicator's abort and the deadline, like the executor.
 // One thread at a time calls it (the one running the communicator's calls).

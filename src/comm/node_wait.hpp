@@ -5,6 +5,16 @@
 // NodeWait is what it needs: who it is, whose connections to watch for a
 // death or an abort notice, how long to spin and yield before sleeping,
 // the communicator's abort flag, and where to show progress.
+//
+// A sleeper and the peer that would wake it each need a full fence between
+// their store and their look at the other's (Dekker's pattern). The
+// ringer's fence waits for its store to reach the sleeper's cache, a cache
+// line's trip on every small call (2 ranks, 8 B, near: 20-40 ns of about
+// 100 in a bare loop; far: see docs/performance.md), so where the owner of
+// a doorbell has set its `light_ring` flag it fences heavily before it
+// sleeps and a ringer whose process takes part in asymmetric fences
+// (NodeWait::light, core/asymmetric_fence.hpp) only orders the compiler,
+// as transport/shm's doorbells do.
 // wait_for_peer() is the wait itself: spin, yield, then sleep on the
 // rank's doorbell; ring_sleepers() is the other side, which wakes the
 // peers that sleep; check_not_aborted() and peer_closed() are what a wait
@@ -24,6 +34,7 @@
 
 #include "comm/executor.hpp"
 #include "comm/history.hpp"
+#include "core/asymmetric_fence.hpp"
 #include "core/check.hpp"
 #include "core/spin_lock.hpp"
 #include "transport/link.hpp"
@@ -38,6 +49,12 @@ struct NodeWait {
   std::chrono::microseconds spin{0}, yield{0};
   const std::atomic<bool>* aborted = nullptr;  // the communicator's broken flag
   LiveProgress* live = nullptr;
+  // This process takes part in asymmetric fences, and this rank's
+  // doorbells set light_ring: it fences heavily before it sleeps, and
+  // skips its fence when it rings a peer whose doorbell says the same.
+  bool light = false;
+  // How long a sleep lasts before the wait looks again (a ring wakes it).
+  std::chrono::milliseconds nap{2};
 };
 
 // Throws Aborted when the communicator was aborted.
@@ -63,22 +80,32 @@ inline bool peer_closed(const NodeWait& node, int peer, int& failed_peer,
 }
 
 // A rank's doorbell, in its own part of shared memory: its peers ring it
-// when `sleeping` says the rank sleeps on it.
+// when `sleeping` says the rank sleeps on it. `light_ring`, where there is
+// one, is set by the owner when it fences heavily before it sleeps (and
+// cleared should that fence ever fail).
 struct Doorbell {
   std::atomic<std::uint32_t>& bell;
   std::atomic<std::uint32_t>& sleeping;
+  std::atomic<std::uint32_t>* light_ring = nullptr;
 };
 
 // Rings the doorbell of every peer that sleeps. Call it after the release
 // store a peer may be waiting for: the fence here pairs with the sleeper's
 // (see wait_for_peer), so either the sleeper sees the store or this rank
-// sees it asleep.
+// sees it asleep. The fence is a compiler barrier alone towards peers that
+// fence heavily before they sleep, when this process takes part.
 template <class DoorbellOf>
 void ring_sleepers(const NodeWait& node, DoorbellOf&& doorbell_of) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  core::light_fence();
+  bool fenced = false;
   for (int r = 0; r < node.world; ++r) {
     if (r == node.rank) continue;
     const Doorbell d = doorbell_of(r);
+    const bool light = node.light && d.light_ring && d.light_ring->load(std::memory_order_relaxed);
+    if (!light && !fenced) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      fenced = true;
+    }
     if (d.sleeping.load(std::memory_order_relaxed)) {
       d.bell.fetch_add(1, std::memory_order_relaxed);
       transport::futex_wake_all(&d.bell);
@@ -102,7 +129,6 @@ bool wait_for_peer(const NodeWait& node, Doorbell mine, int peer, std::chrono::s
   using Clock = std::chrono::steady_clock;
   constexpr int kClockEvery = 16;
   constexpr auto kSpinYieldEvery = std::chrono::microseconds(5);
-  constexpr auto kNap = std::chrono::milliseconds(2);
   if (arrived()) return true;
   Clock::time_point start, spin_until, yield_until, next_yield;
   bool asleep_shown = false;
@@ -149,10 +175,19 @@ bool wait_for_peer(const NodeWait& node, Doorbell mine, int peer, std::chrono::s
     // Announced, fenced, then a last look: either the peer sees this rank
     // asleep and rings (ring_sleepers), or this rank sees it arrived.
     mine.sleeping.store(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    Clock::duration longest = node.nap;
+    if (!mine.light_ring || !mine.light_ring->load(std::memory_order_relaxed)) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    } else if (!core::heavy_fence()) {
+      // Not expected once registered. The peers fence from now on; a ring
+      // one of them skipped meanwhile is made up for by a short nap.
+      mine.light_ring->store(0, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      longest = std::min<Clock::duration>(longest, std::chrono::milliseconds(1));
+    }
     const std::uint32_t bell = mine.bell.load(std::memory_order_acquire);
     if (!arrived()) {
-      const auto nap = std::min<Clock::duration>(kNap, std::max<Clock::duration>(deadline - now, {}));
+      const auto nap = std::min<Clock::duration>(longest, std::max<Clock::duration>(deadline - now, {}));
       transport::futex_wait(&mine.bell, bell, std::chrono::duration_cast<std::chrono::microseconds>(nap));
     }
     mine.sleeping.store(0, std::memory_order_relaxed);
