@@ -26,6 +26,27 @@ std::uint64_t History::queued(std::uint64_t seq, std::string_view kind, DataType
 
 std::uint64_t History::running(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count,
                                int peer, std::string_view algorithm, std::uint32_t steps, Clock::time_point now) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  {
+    std::lock_guard lock(queued_lock_);
+    const std::uint64_t id = next_id_.load(relaxed) - 1;
+    Slot& s = slots_[id % kSize];
+    if (id != 0 && seq != 0 && s.id.load(relaxed) == id && s.state.load(relaxed) == State::Done &&
+        s.seq.load(relaxed) + 1 == seq && s.kind.load(relaxed) == kind.data() &&
+        s.algorithm.load(relaxed) == algorithm.data() && s.dtype.load(relaxed) == dtype &&
+        s.count.load(relaxed) == count && s.peer.load(relaxed) == peer && s.steps.load(relaxed) == steps) {
+      // A seqlock's write, as in record().
+      s.id.store(0, relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
+      s.seq.store(seq, relaxed);
+      s.calls.store(s.calls.load(relaxed) + 1, relaxed);
+      s.state.store(State::Running, relaxed);
+      s.started.store(now.time_since_epoch().count(), relaxed);
+      s.ended.store(0, relaxed);
+      s.id.store(id, std::memory_order_release);
+      return id;
+    }
+  }
   return record(seq, kind, dtype, count, peer, algorithm, steps, State::Running, now.time_since_epoch().count());
 }
 
@@ -37,9 +58,13 @@ std::uint64_t History::record(std::uint64_t seq, std::string_view kind, DataType
   const std::uint64_t id = next_id_.load(relaxed);
   next_id_.store(id + 1, relaxed);
   Slot& s = slots_[id % kSize];
-  if (s.id.load(relaxed) != 0 && s.state.load(relaxed) == State::Done &&
-      s.seq.load(relaxed) > evicted_done_.load(relaxed))
-    evicted_done_.store(s.seq.load(relaxed), relaxed);
+  if (s.id.load(relaxed) != 0) {
+    // A record of several calls has done all but its last.
+    const std::uint64_t done = s.state.load(relaxed) == State::Done ? s.seq.load(relaxed)
+                               : s.calls.load(relaxed) > 1         ? s.seq.load(relaxed) - 1
+                                                                   : 0;
+    if (done > evicted_done_.load(relaxed)) evicted_done_.store(done, relaxed);
+  }
   // A seqlock's write: readers that see any new field see the id change.
   s.id.store(0, relaxed);
   std::atomic_thread_fence(std::memory_order_release);
@@ -54,6 +79,7 @@ std::uint64_t History::record(std::uint64_t seq, std::string_view kind, DataType
   s.started.store(state == State::Queued ? 0 : now, relaxed);
   s.ended.store(0, relaxed);
   s.steps.store(steps, relaxed);
+  s.calls.store(1, relaxed);
   s.id.store(id, std::memory_order_release);
   return id;
 }
@@ -99,6 +125,7 @@ std::optional<History::Record> History::read(std::uint64_t id) const {
   r.started = at(s.started.load(std::memory_order_relaxed));
   r.ended = at(s.ended.load(std::memory_order_relaxed));
   r.steps = s.steps.load(std::memory_order_relaxed);
+  r.calls = s.calls.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (s.id.load(std::memory_order_relaxed) != id) return std::nullopt;
   return r;
@@ -107,8 +134,13 @@ std::optional<History::Record> History::read(std::uint64_t id) const {
 std::uint64_t History::last_completed_seq() const {
   std::uint64_t last = evicted_done_.load(std::memory_order_relaxed);
   const std::uint64_t next = next_id_.load(std::memory_order_acquire);
-  for (std::uint64_t id = next > kSize ? next - kSize : 1; id < next; ++id)
-    if (const std::optional<Record> r = read(id); r && r->state == State::Done && r->seq > last) last = r->seq;
+  for (std::uint64_t id = next > kSize ? next - kSize : 1; id < next; ++id) {
+    const std::optional<Record> r = read(id);
+    if (!r) continue;
+    // A record of several calls has done all but its last.
+    const std::uint64_t done = r->state == State::Done ? r->seq : r->calls > 1 ? r->seq - 1 : 0;
+    last = std::max(last, done);
+  }
   return last;
 }
 
@@ -125,11 +157,13 @@ std::string History::report(const LiveProgress& live, const std::string& header,
     if (!record) continue;
     const Record& r = *record;
     out << "\n  ";
+    if (r.seq && r.calls > 1) out << "#" << r.seq - r.calls + 1 << "..";
     if (r.seq) out << "#" << r.seq << " ";
     out << r.kind;
     if (r.peer >= 0) out << (r.seq ? " root " : " ") << r.peer;
     out << " " << name(r.dtype) << " x" << r.count;
     if (!r.algorithm.empty()) out << " (" << r.algorithm << ")";
+    if (r.calls > 1) out << ", " << r.calls << " calls, the last";
     switch (r.state) {
       case State::Queued:
         std::snprintf(buf, sizeof buf, "%.1f", ms_between(r.queued, now) / 1000);

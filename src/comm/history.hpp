@@ -11,6 +11,15 @@
 // Times are recorded with the coarse clock (core/coarse_clock.hpp): to a
 // few milliseconds, which is what a report of a stuck call needs.
 //
+// A small call run by its caller that repeats the newest record's (the
+// same kind, type, count, peer and algorithm, the next sequence number,
+// the one before done) is counted into that record rather than given one
+// (running()): a loop of small all-reduces keeps one line,
+//   #2..#20001 all_reduce float32 x2 (mailbox), 20000 calls, the last: done in 0.001 ms
+// and the history still holds the 31 calls before the loop. (It is no
+// faster: the comparisons cost about what the stores they spare do, 84
+// instructions a call against 97 in callgrind.)
+//
 // Thread-safe. queued() and running() take a spin lock; started() and ended(), which a
 // small collective runs right after publishing its messages, take none and
 // no locked instruction at all: one would wait there for the published
@@ -81,13 +90,15 @@ class History {
     State state = State::Queued;
     Clock::time_point queued, started, ended;
     std::uint32_t steps = 0;
+    std::uint64_t calls = 1;     // seq - calls + 1 .. seq, all like this one; every one but the last done
   };
 
   // Returns an id for started/ended. `seq` is 0 for point-to-point calls.
   std::uint64_t queued(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer);
   // queued() and started() at once, `now` (a coarse clock's reading), for
   // a call that starts as it is made (a small call run by its caller): one
-  // lock and no look at the clock.
+  // lock and no look at the clock. Counted into the newest record when it
+  // repeats its call (see above); the id is then that record's.
   std::uint64_t running(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer,
                         std::string_view algorithm, std::uint32_t steps, Clock::time_point now);
   void started(std::uint64_t id, std::string_view algorithm, std::uint32_t steps);
@@ -123,6 +134,7 @@ class History {
     std::atomic<State> state{State::Queued};
     std::atomic<Clock::rep> queued{0}, started{0}, ended{0};
     std::atomic<std::uint32_t> steps{0};
+    std::atomic<std::uint64_t> calls{1};
   };
   Slot* find(std::uint64_t id);
   std::uint64_t record(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer,

@@ -8,13 +8,14 @@
 //
 // A sleeper and the peer that would wake it each need a full fence between
 // their store and their look at the other's (Dekker's pattern). The
-// ringer's fence waits for its store to reach the sleeper's cache, a cache
-// line's trip on every small call (2 ranks, 8 B, near: 20-40 ns of about
-// 100 in a bare loop; far: see docs/performance.md), so where the owner of
-// a doorbell has set its `light_ring` flag it fences heavily before it
-// sleeps and a ringer whose process takes part in asymmetric fences
-// (NodeWait::light, core/asymmetric_fence.hpp) only orders the compiler,
-// as transport/shm's doorbells do.
+// ringer's fence waits for its store to leave the store buffer, on every
+// small call (a bare 2-thread loop of mailbox calls: 111-140 ns a call
+// with it, 87-88 without, the two CPUs near; far, 664-674 against 676-700,
+// none), so where the owner of a doorbell has set its `light_ring` flag
+// it fences heavily before it sleeps, and a ringer whose process takes
+// part in asymmetric fences (NodeWait::light, core/asymmetric_fence.hpp)
+// only orders the compiler, as transport/shm's doorbells do.
+//
 // wait_for_peer() is the wait itself: spin, yield, then sleep on the
 // rank's doorbell; ring_sleepers() is the other side, which wakes the
 // peers that sleep; check_not_aborted() and peer_closed() are what a wait

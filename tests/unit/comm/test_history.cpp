@@ -68,6 +68,56 @@ TEST_CASE("History: a call recorded as running at once shows its algorithm, then
   CHECK(h.last_completed_seq() == 7);
 }
 
+TEST_CASE("History: a small call that repeats the newest record's is counted into it", "[history]") {
+  History h;
+  LiveProgress live;
+  live.step = 0;
+  live.steps = 1;
+  const auto now = std::chrono::steady_clock::now();
+  const auto first = h.running(5, "all_reduce", DataType::Float32, 2, -1, "mailbox", 1, now);
+  h.ended(first, true, now);
+  const auto second = h.running(6, "all_reduce", DataType::Float32, 2, -1, "mailbox", 1, now);
+  CHECK(second == first);
+  std::string report = h.report(live, "head");
+  INFO(report);
+  CHECK(report.find("#5..#6 all_reduce float32 x2 (mailbox), 2 calls, the last: running, step 1 of 1") !=
+        std::string::npos);
+  CHECK(h.last_completed_seq() == 5);
+  CHECK(h.status_fields(live) == "call=all_reduce seq=6 algo=mailbox step=1/1 last_done=5");
+  h.ended(second, true, now);
+  CHECK(h.running(7, "all_reduce", DataType::Float32, 2, -1, "mailbox", 1, now) == first);
+  h.ended(first, true, now);
+  report = h.report(live, "head");
+  CHECK(report.find("#5..#7 all_reduce float32 x2 (mailbox), 3 calls, the last: done in ") != std::string::npos);
+  CHECK(count_of(report, "\n") == 1);
+  CHECK(h.last_completed_seq() == 7);
+
+  // Another count, a gap in the sequence, or a call after a failure: a record of its own.
+  const auto other = h.running(8, "all_reduce", DataType::Float32, 3, -1, "mailbox", 1, now);
+  CHECK(other != first);
+  h.ended(other, true, now);
+  const auto gap = h.running(10, "all_reduce", DataType::Float32, 3, -1, "mailbox", 1, now);
+  CHECK(gap != other);
+  h.ended(gap, false, now);
+  const auto after_failure = h.running(11, "all_reduce", DataType::Float32, 3, -1, "mailbox", 1, now);
+  CHECK(after_failure != gap);
+  report = h.report(live, "head");
+  CHECK(report.find("#8 all_reduce float32 x3 (mailbox): done in ") != std::string::npos);
+  CHECK(report.find("#10 all_reduce float32 x3 (mailbox): FAILED after ") != std::string::npos);
+  CHECK(report.find("#11 all_reduce float32 x3 (mailbox): running") != std::string::npos);
+}
+
+TEST_CASE("History: a record of several calls, overwritten while its last runs, leaves the one before done",
+          "[history]") {
+  History h;
+  const auto now = std::chrono::steady_clock::now();
+  const auto id = h.running(1, "all_reduce", DataType::Float32, 2, -1, "mailbox", 1, now);
+  h.ended(id, true, now);
+  CHECK(h.running(2, "all_reduce", DataType::Float32, 2, -1, "mailbox", 1, now) == id);
+  for (std::uint64_t seq = 3; seq < 3 + History::kSize; ++seq) h.queued(seq, "broadcast", DataType::Int8, 1, 0);
+  CHECK(h.last_completed_seq() == 1);
+}
+
 TEST_CASE("History: the last completed call outlives its record", "[history]") {
   History h;
   LiveProgress live;
