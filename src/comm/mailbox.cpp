@@ -32,6 +32,9 @@ struct Mailbox::Box {
   unsigned char payload[kCapacity];  // from byte 32: its first 32 bytes share m's line
 };
 
+// The payload bytes in a mailbox's first line, with its call.
+constexpr std::size_t kPayloadInLine = 32;
+
 
 std::size_t Mailbox::region_bytes() {
   static_assert(offsetof(Box, payload) == 32);
@@ -111,8 +114,8 @@ void Mailbox::fold(const Call& call) const {
 
 bool Mailbox::run(const Call& call, Clock::time_point deadline, const RunLabel& label, Clock::duration patience) {
   const int rank = setup_.rank, world = setup_.world;
+  const std::size_t bytes = call.count * size_of(call.dtype);
   if (!posted_) {
-    const std::size_t bytes = call.count * size_of(call.dtype);
     KIZUNA_CHECK(bytes <= kCapacity, "mailbox: ", bytes, " bytes do not fit in ", kCapacity);
     ++m_;
     Box& mine = box(rank, m_);
@@ -136,7 +139,17 @@ bool Mailbox::run(const Call& call, Clock::time_point deadline, const RunLabel& 
             setup_, doorbell(rank), peer, deadline, patience, label, [&] { return arrived(peer, call, label); },
             [&] { check_peer(peer, call.seq, label); }))
       return false;  // a caller that must not be held: a later run() goes on from this peer
+    // Its payload's further lines, all at once rather than one by one as
+    // the fold reaches them.
+    const unsigned char* payload = box(peer, m_).payload;
+    for (std::size_t at = kPayloadInLine; at < bytes; at += 64) __builtin_prefetch(payload + at);
   }
+  // This rank's next mailbox, past its first line (which a peer already in
+  // the next call polls): every peer has read it, as they have all posted
+  // call m_ after finishing m_ - 1, so its lines can be taken for writing
+  // now instead of one by one under the next call's stores.
+  unsigned char* next = box(rank, m_ + 1).payload;
+  for (std::size_t at = kPayloadInLine; at < bytes; at += 64) __builtin_prefetch(next + at, 1);
   fold(call);
   posted_ = false;
   return true;
