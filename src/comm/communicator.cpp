@@ -1334,8 +1334,10 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
   impl->executor->set_wait(std::chrono::microseconds(spin_us), std::chrono::microseconds(yield_us));
   // A rank that spins before it sleeps can afford a heavy fence when it
   // goes to sleep, which spares its peers a fence on every message to it
-  // (transport/shm/shm_link.hpp); one that sleeps on every wait cannot.
-  if (impl->shm && spin_us > 0) transport::shm::use_light_ring(impl->shm->mine.header());
+  // (transport/shm/shm_link.hpp, and the mailboxes' comm/node_wait.hpp);
+  // one that sleeps on every wait cannot.
+  const bool light_rings = spin_us > 0 && core::asymmetric_fence_available();
+  if (impl->shm && light_rings) transport::shm::use_light_ring(impl->shm->mine.header());
   const std::pair<std::string, int> device =
       options.device.empty() ? std::pair{env.device, env.device_index} : core::parse_device("CommOptions.device", options.device);
   if (device.first != "cpu") {
@@ -1365,9 +1367,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     wait.yield = std::chrono::microseconds(yield_us);
     wait.aborted = &impl->broken;
     wait.live = &impl->live;
-    // As for the shared-memory links' doorbells above: only a rank that
-    // spins before it sleeps can afford a heavy fence when it sleeps.
-    wait.light = spin_us > 0 && core::asymmetric_fence_available();
+    wait.light = light_rings;
     comm::SymmetricSetup sym{wait, options.store.get(), impl->name, impl->topology.comm_id};
     impl->symmetric = std::make_unique<comm::SymmetricMemory>(std::move(sym));
     // Below this the slots are as fast or faster: their one pass per

@@ -17,6 +17,13 @@ double ms_between(History::Clock::time_point a, History::Clock::time_point b) {
 History::Clock::rep now_rep() { return core::coarse_now().time_since_epoch().count(); }
 History::Clock::time_point at(History::Clock::rep r) { return History::Clock::time_point(History::Clock::duration(r)); }
 
+// The last call a record says is done (0: none): its own when it ended
+// well, the one before it when it holds several calls (all but its last
+// are done).
+std::uint64_t done_in(History::State state, std::uint64_t seq, std::uint64_t calls) {
+  return state == History::State::Done ? seq : calls > 1 ? seq - 1 : 0;
+}
+
 }  // namespace
 
 std::uint64_t History::queued(std::uint64_t seq, std::string_view kind, DataType dtype,
@@ -59,10 +66,7 @@ std::uint64_t History::record(std::uint64_t seq, std::string_view kind, DataType
   next_id_.store(id + 1, relaxed);
   Slot& s = slots_[id % kSize];
   if (s.id.load(relaxed) != 0) {
-    // A record of several calls has done all but its last.
-    const std::uint64_t done = s.state.load(relaxed) == State::Done ? s.seq.load(relaxed)
-                               : s.calls.load(relaxed) > 1         ? s.seq.load(relaxed) - 1
-                                                                   : 0;
+    const std::uint64_t done = done_in(s.state.load(relaxed), s.seq.load(relaxed), s.calls.load(relaxed));
     if (done > evicted_done_.load(relaxed)) evicted_done_.store(done, relaxed);
   }
   // A seqlock's write: readers that see any new field see the id change.
@@ -134,13 +138,8 @@ std::optional<History::Record> History::read(std::uint64_t id) const {
 std::uint64_t History::last_completed_seq() const {
   std::uint64_t last = evicted_done_.load(std::memory_order_relaxed);
   const std::uint64_t next = next_id_.load(std::memory_order_acquire);
-  for (std::uint64_t id = next > kSize ? next - kSize : 1; id < next; ++id) {
-    const std::optional<Record> r = read(id);
-    if (!r) continue;
-    // A record of several calls has done all but its last.
-    const std::uint64_t done = r->state == State::Done ? r->seq : r->calls > 1 ? r->seq - 1 : 0;
-    last = std::max(last, done);
-  }
+  for (std::uint64_t id = next > kSize ? next - kSize : 1; id < next; ++id)
+    if (const std::optional<Record> r = read(id)) last = std::max(last, done_in(r->state, r->seq, r->calls));
   return last;
 }
 

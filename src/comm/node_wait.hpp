@@ -177,15 +177,8 @@ bool wait_for_peer(const NodeWait& node, Doorbell mine, int peer, std::chrono::s
     // asleep and rings (ring_sleepers), or this rank sees it arrived.
     mine.sleeping.store(1, std::memory_order_relaxed);
     Clock::duration longest = node.nap;
-    if (!mine.light_ring || !mine.light_ring->load(std::memory_order_relaxed)) {
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-    } else if (!core::heavy_fence()) {
-      // Not expected once registered. The peers fence from now on; a ring
-      // one of them skipped meanwhile is made up for by a short nap.
-      mine.light_ring->store(0, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!core::fence_before_sleep(mine.light_ring))
       longest = std::min<Clock::duration>(longest, std::chrono::milliseconds(1));
-    }
     const std::uint32_t bell = mine.bell.load(std::memory_order_acquire);
     if (!arrived()) {
       const auto nap = std::min<Clock::duration>(longest, std::max<Clock::duration>(deadline - now, {}));

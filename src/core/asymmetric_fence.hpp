@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 namespace kizuna::core {
 
@@ -38,5 +39,15 @@ inline void light_fence() noexcept { std::atomic_signal_fence(std::memory_order_
 // The rare side. False when the system call failed; then nothing is
 // assured about the light sides, and the caller must fall back.
 bool heavy_fence() noexcept;
+
+// A sleeper's fence on a doorbell whose owner may set `light_ring` (null:
+// none) to tell its peers that it fences heavily before it sleeps, so that
+// they need not fence when they ring: between its `sleeping` store and its
+// last look at what it waits for, heavy_fence() where light_ring is set, a
+// full fence otherwise. False when the heavy fence failed: light_ring is
+// cleared (the peers fence from now on) and a full fence issued, but a
+// ring a peer skipped meanwhile may be lost, so the caller sleeps at most
+// a millisecond this time.
+bool fence_before_sleep(std::atomic<std::uint32_t>* light_ring) noexcept;
 
 }  // namespace kizuna::core

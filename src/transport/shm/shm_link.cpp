@@ -353,16 +353,7 @@ std::unique_ptr<Link> make_shm_link(int peer, const Segment& mine, std::uint32_t
 bool doorbell_sleep(SegmentHeader* owner, const std::function<bool()>& progress,
                     std::chrono::microseconds timeout) {
   owner->sleeping.store(1, std::memory_order_relaxed);
-  if (!owner->light_ring.load(std::memory_order_relaxed)) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  } else if (!core::heavy_fence()) {
-    // Not expected once registered; if it happens, the peers fence from
-    // now on, and a ring that one of them skipped meanwhile is made up
-    // for by a short nap.
-    owner->light_ring.store(0, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    timeout = std::min(timeout, std::chrono::microseconds(1000));
-  }
+  if (!core::fence_before_sleep(&owner->light_ring)) timeout = std::min(timeout, std::chrono::microseconds(1000));
   // Acquire: a peer's ring (fence, then the add) read here must not leave
   // progress() reading the channel as it was before it.
   const std::uint32_t bell = owner->doorbell.load(std::memory_order_acquire);

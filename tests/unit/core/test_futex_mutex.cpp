@@ -56,7 +56,7 @@ TEST_CASE("FutexMutex: a waiter sleeps until the holder unlocks, then gets it", 
     got = true;
     m.unlock();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // long past the waiter's spin
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the waiter is asleep on the word by now
   CHECK_FALSE(got.load());
   unlocked_at = Clock::now();
   m.unlock();
