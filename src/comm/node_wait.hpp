@@ -37,9 +37,9 @@
 #include "comm/history.hpp"
 #include "core/asymmetric_fence.hpp"
 #include "core/check.hpp"
+#include "core/futex.hpp"
 #include "core/spin_lock.hpp"
 #include "transport/link.hpp"
-#include "transport/shm/futex.hpp"
 
 namespace kizuna::comm {
 
@@ -109,7 +109,7 @@ void ring_sleepers(const NodeWait& node, DoorbellOf&& doorbell_of) {
     }
     if (d.sleeping.load(std::memory_order_relaxed)) {
       d.bell.fetch_add(1, std::memory_order_relaxed);
-      transport::futex_wake_all(&d.bell);
+      core::futex_wake(d.bell, INT_MAX, core::FutexScope::Shared);
     }
   }
 }
@@ -182,7 +182,8 @@ bool wait_for_peer(const NodeWait& node, Doorbell mine, int peer, std::chrono::s
     const std::uint32_t bell = mine.bell.load(std::memory_order_acquire);
     if (!arrived()) {
       const auto nap = std::min<Clock::duration>(longest, std::max<Clock::duration>(deadline - now, {}));
-      transport::futex_wait(&mine.bell, bell, std::chrono::duration_cast<std::chrono::microseconds>(nap));
+      core::futex_wait_for(mine.bell, bell, std::chrono::duration_cast<std::chrono::microseconds>(nap),
+                           core::FutexScope::Shared);
     }
     mine.sleeping.store(0, std::memory_order_relaxed);
   }

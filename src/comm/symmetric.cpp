@@ -85,6 +85,28 @@ void copy_bytes(void* to, const void* from, std::size_t bytes, bool streaming) {
   else std::memcpy(to, from, bytes);
 }
 
+// Phase 1 of both all-reduces: folds bytes [begin, end) of the world's
+// sources into `out`, rank order from this rank (`source(k)` is the base
+// of rank + k's, k = 0 this rank's own), kFoldBlockBytes at a time, so
+// that the block being summed stays in the first-level cache while every
+// source is added to it. With `aside`, a block is folded there and
+// streamed to `out`, no line of which is read. `then(at, folded, bytes)`
+// sees each folded block.
+template <class Source, class Then>
+void fold_in_blocks(std::size_t begin, std::size_t end, int world, const Source& source, unsigned char* out,
+                    unsigned char* aside, DataType dtype, ReduceOp op, const Then& then) {
+  const std::size_t elem = size_of(dtype);
+  const std::size_t block = kFoldBlockBytes / elem * elem;
+  for (std::size_t at = begin; at < end; at += block) {
+    const std::size_t n = std::min(block, end - at);
+    unsigned char* to = aside ? aside : out + at;
+    core::reduce_into(to, source(0) + at, source(1) + at, n / elem, dtype, op);
+    for (int k = 2; k < world; ++k) core::reduce(to, source(k) + at, n / elem, dtype, op);
+    then(at, to, n);
+    if (aside) core::stream_copy(out + at, to, n);
+  }
+}
+
 // Rank r's call `c` against this rank's: Mismatch naming both, on the path
 // `where` says, when the sequence, count, type or operation differ.
 void check_same_call(int r, const RegionCall& c, const RegionCall& mine, const char* where, const RunLabel& label) {
@@ -444,20 +466,14 @@ bool SymmetricMemory::all_reduce(const Call& call, Clock::time_point deadline, c
   auto lo = [&](int q) { return (q * per + std::min<std::size_t>(q, extra)) * elem; };
   // Phase 1: fold chunk `rank` of every input into this rank's output,
   // this rank's own first (in place, the output is that input).
-  const std::size_t block = kFoldBlockBytes / elem * elem;
   // Streaming, a block is folded where it stays in the first-level cache
   // and streamed to the output, where the peers read it: while the probe
   // says so, and for a large call, whose output would not stay in the
   // caches anyway.
   const bool stream = streaming_ || streams_output(bytes, in_begin == out_begin);
-  unsigned char* const aside = stream ? fold_aside() : nullptr;
-  for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
-    const std::size_t n = std::min(block, end - at) / elem;
-    unsigned char* to = stream ? aside : out_begin + at;
-    core::reduce_into(to, inputs[rank] + at, inputs[(rank + 1) % world] + at, n, call.dtype, call.op);
-    for (int k = 2; k < world; ++k) core::reduce(to, inputs[(rank + k) % world] + at, n, call.dtype, call.op);
-    if (stream) core::stream_copy(out_begin + at, to, n * elem);
-  }
+  fold_in_blocks(
+      lo(rank), lo(rank + 1), world, [&](int k) { return inputs[(rank + k) % world]; }, out_begin,
+      stream ? fold_aside() : nullptr, call.dtype, call.op, [](std::size_t, const unsigned char*, std::size_t) {});
   // Meeting 2: every chunk reduced.
   meet();
   // Phase 2: the peers' reduced chunks, out of their outputs (into this
@@ -509,7 +525,6 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
   unsigned char* const aside = stream_output ? fold_aside() : nullptr;
   const auto* in = static_cast<const unsigned char*>(call.input);
   auto* out = static_cast<unsigned char*>(call.output);
-  const std::size_t block = kFoldBlockBytes / elem * elem;
   for (std::size_t done = 0, r = 0; r < rounds; ++r, done += round_count) {
     const std::size_t count = std::min(round_count, call.count - std::min(call.count, done));
     const std::size_t h = (staged_rounds_++ % 2) * half;
@@ -533,14 +548,11 @@ void SymmetricMemory::all_reduce_staged(const Call& call, Clock::time_point dead
     }
     // This rank's chunk: its input's share and every peer's, into its
     // output and, for the peers to copy, into its half.
-    for (std::size_t at = lo(rank), end = lo(rank + 1); at < end; at += block) {
-      const std::size_t n = std::min(block, end - at);
-      unsigned char* to = stream_output ? aside : dst + at;
-      core::reduce_into(to, src + at, area((rank + 1) % world) + at, n / elem, call.dtype, call.op);
-      for (int k = 2; k < world; ++k) core::reduce(to, area((rank + k) % world) + at, n / elem, call.dtype, call.op);
-      copy_for_peers(area(rank) + at, to, n);
-      if (stream_output) core::stream_copy(dst + at, to, n);
-    }
+    fold_in_blocks(
+        lo(rank), lo(rank + 1), world,
+        [&](int k) -> const unsigned char* { return k == 0 ? src : area((rank + k) % world); }, dst,
+        aside, call.dtype, call.op,
+        [&](std::size_t at, const unsigned char* folded, std::size_t n) { copy_for_peers(area(rank) + at, folded, n); });
     // Meeting 2: every chunk reduced.
     meet();
     for (int k = 1; k < world; ++k) {

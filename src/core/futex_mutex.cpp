@@ -1,22 +1,8 @@
 #include "core/futex_mutex.hpp"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <climits>
+#include "core/futex.hpp"
 
 namespace kizuna::core {
-namespace {
-
-static_assert(sizeof(std::atomic<std::uint32_t>) == 4 && std::atomic<std::uint32_t>::is_always_lock_free);
-
-long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value) {
-  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), op | FUTEX_PRIVATE_FLAG, value, nullptr,
-                   nullptr, 0);
-}
-
-}  // namespace
 
 // Marks the word contended (2) before each sleep, so that the holder's
 // unlock() wakes a sleeper; a thread that takes the lock this way leaves
@@ -24,9 +10,9 @@ long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value) {
 // as std::mutex's: with more ranks than cores the holder may be waiting
 // for this very core.
 void FutexMutex::lock_contended() noexcept {
-  while (state_.exchange(2, std::memory_order_acquire) != 0) futex(state_, FUTEX_WAIT, 2);
+  while (state_.exchange(2, std::memory_order_acquire) != 0) futex_wait(state_, 2, FutexScope::Process);
 }
 
-void FutexMutex::wake_one() noexcept { futex(state_, FUTEX_WAKE, 1); }
+void FutexMutex::wake_one() noexcept { futex_wake(state_, 1, FutexScope::Process); }
 
 }  // namespace kizuna::core

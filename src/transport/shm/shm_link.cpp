@@ -8,9 +8,9 @@
 
 #include "core/asymmetric_fence.hpp"
 #include "core/check.hpp"
+#include "core/futex.hpp"
 #include "core/reduce.hpp"
 #include "core/stream_copy.hpp"
-#include "transport/shm/futex.hpp"
 
 namespace kizuna::transport::shm {
 namespace {
@@ -33,7 +33,7 @@ void ring(SegmentHeader* owner, bool light) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
   if (owner->sleeping.load(std::memory_order_relaxed)) {
     owner->doorbell.fetch_add(1, std::memory_order_relaxed);
-    futex_wake_all(&owner->doorbell);
+    core::futex_wake(owner->doorbell, INT_MAX, core::FutexScope::Shared);
   }
 }
 
@@ -362,7 +362,7 @@ bool doorbell_sleep(SegmentHeader* owner, const std::function<bool()>& progress,
     ~Awake() { owner->sleeping.store(0, std::memory_order_relaxed); }
   } awake{owner};
   const bool moved = progress();
-  if (!moved) futex_wait(&owner->doorbell, bell, timeout);
+  if (!moved) core::futex_wait_for(owner->doorbell, bell, timeout, core::FutexScope::Shared);
   return moved;
 }
 

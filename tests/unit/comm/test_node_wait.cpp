@@ -8,7 +8,8 @@
 #include <thread>
 
 #include "comm/node_wait.hpp"
-#include "core/asymmetric_fence.hpp"
+
+#include "fence_pairings.hpp"
 
 using namespace kizuna;
 using namespace kizuna::comm;
@@ -41,12 +42,7 @@ NodeWait node_of(int rank, bool light) {
 // Both pairings: a fence on each side, and the sleeper's heavy fence alone
 // (its light_ring set, the peer's process taking part).
 TEST_CASE("wait_for_peer: a sleeping rank is woken by the peer's ring, with either fence pairing", "[node_wait]") {
-  const bool light_available = core::asymmetric_fence_available();
-  for (const bool light : {false, true}) {
-    if (light && !light_available) {
-      WARN("membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) is not available here: light rings not tested");
-      continue;
-    }
+  for (const bool light : test::fence_pairings()) {
     CAPTURE(light);
     Bell waiter;
     waiter.light_ring.store(light ? 1 : 0);

@@ -21,10 +21,11 @@
 #include <thread>
 #include <tuple>
 
-#include "core/asymmetric_fence.hpp"
 #include "transport/shm/shared_file.hpp"
 #include "transport/shm/shm_link.hpp"
 #include "transport/tcp/tcp_link.hpp"
+
+#include "fence_pairings.hpp"
 
 using namespace kizuna;
 using namespace kizuna::transport;
@@ -346,12 +347,7 @@ TEST_CASE("ShmLink: peer_closed sees a peer that left, between calls", "[shm]") 
 // that both pairings wake the owner at all, every time.
 TEST_CASE("ShmLink: a sleeping owner is woken by the message it waits for, with either fence pairing",
           "[shm]") {
-  const bool light_available = core::asymmetric_fence_available();
-  for (const bool light : {false, true}) {
-    if (light && !light_available) {
-      WARN("membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) is not available here: light rings not tested");
-      continue;
-    }
+  for (const bool light : test::fence_pairings()) {
     CAPTURE(light);
     ShmPair p;
     if (light) REQUIRE(use_light_ring(p.s1.header()));
