@@ -192,6 +192,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::unique_ptr<comm::SymmetricMemory> symmetric;
   std::size_t symmetric_from = 0;  // the smallest all-reduce that takes it, in bytes
   std::size_t staged_from = 0;     // the same with private buffers, through the staging memory
+  std::size_t staged_near_from = 0;  // and while the ranks agree their CPUs are near (see execute)
   // The mailboxes (comm/mailbox.hpp) for all-reduces of up to mailbox_upto
   // bytes, in memory of symmetric memory's kind; null where there is none.
   std::shared_ptr<void> mailbox_memory;  // declared first: it outlives the mailbox
@@ -979,6 +980,12 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
     // A peer that waits at its mailbox for this call sees it is elsewhere.
     if (mailbox) mailbox->announce(t.seq, static_cast<std::uint32_t>(t.collective), t.count);
+    // Staged from staged_from, but through the slots below staged_near_from
+    // while every rank's CPU shares a last-level cache with the others'
+    // (symmetric memory's probes, as every rank agrees for this call).
+    if (t.symmetric_staged && t.count * size_of(t.dtype) < staged_near_from &&
+        symmetric->agreed_placement() == comm::Placement::Near)
+      t.symmetric_staged = false;
     if (t.symmetric || t.symmetric_staged) {
       execute_symmetric(t, deadline);
       return true;
@@ -1402,11 +1409,17 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     // against the slots (docs/symmetric-memory.md): 4 ranks on 2 cores,
     // 1.35-1.75x at 1 and 16 MiB; 2 ranks on 2 cores, 1.6-1.9x from 64 KiB
     // to 1 MiB with their cores' caches far apart (streaming stores), and
-    // 0.66-0.81x at 64-128 KiB, 0.73-1.01x from 256 KiB to 1 MiB, with them near:
-    // the worst placement decides.
+    // 0.66-0.81x at 64-128 KiB, 0.73-1.01x from 256 KiB to 1 MiB, with them near.
+    // So under auto, with every rank on a core of its own, the calls below
+    // 256 KiB take the slots while the probes find the CPUs near (2 ranks
+    // on 2 cores, near, 3 alternations: 64 KiB 5.2-5.6 GB/s through the
+    // slots against 3.8-3.9 staged, 128 KiB 5.0-6.2 against 4.9, level
+    // from 256 KiB).
+    const bool staged_auto = !options.staged_from && env.staged_from < 0;
     impl->staged_from = options.staged_from ? *options.staged_from
                         : env.staged_from >= 0 ? static_cast<std::size_t>(env.staged_from)
                                                : 64 << 10;
+    impl->staged_near_from = staged_auto && !oversubscribed ? std::size_t{256} << 10 : 0;
     // How it is written: as the probes say (Auto), and until one does,
     // through the caches when every rank has a core of its own (the first
     // call probes, and two ranks that both run answer it) and streaming

@@ -365,6 +365,12 @@ auto SymmetricMemory::open_call(std::uint64_t seq, std::uint32_t steps, std::uin
   };
 }
 
+namespace {
+std::atomic<SymmetricMemory::ProbeJudge> probe_judge{nullptr};
+}  // namespace
+
+void SymmetricMemory::judge_probes_for_tests(ProbeJudge judge) { probe_judge.store(judge); }
+
 template <class Meet>
 void SymmetricMemory::probe_placement(Meet&& meet, Clock::time_point deadline, const RunLabel& label) {
   // Every rank says which CPU it is on, and ranks on different CPUs bounce
@@ -373,12 +379,19 @@ void SymmetricMemory::probe_placement(Meet&& meet, Clock::time_point deadline, c
   const int rank = setup_.rank, world = setup_.world;
   RegionHeader* me = sync_[rank].header();
   me->cpu.store(::sched_getcpu(), std::memory_order_relaxed);
-  // The meeting: every rank's CPU known.
+  if (rank == 0) me->told.store(static_cast<std::int32_t>(own_), std::memory_order_relaxed);
+  // The meeting: every rank's CPU known, and rank 0's verdict.
   meet();
+  const std::int32_t told = sync_[0].header()->told.load(std::memory_order_relaxed);
+  agreed_ = told == static_cast<std::int32_t>(Placement::Near)  ? Placement::Near
+            : told == static_cast<std::int32_t>(Placement::Far) ? Placement::Far
+                                                                 : Placement::Unknown;
   std::vector<int> cpus(world);
   for (int r = 0; r < world; ++r) cpus[r] = sync_[r].header()->cpu.load(std::memory_order_relaxed);
   const int partner = pair_across_cpus(cpus)[rank];
   ++probes_;
+  const ProbeJudge judge = probe_judge.load(std::memory_order_relaxed);
+  if (judge) own_ = judge(rank, probes_);
   if (partner < 0) {
     if (stores_ == Stores::Auto) {
       KIZUNA_LOG(Trace) << label.str() << ": placement probe: no rank to pair with on a CPU other than "
@@ -389,9 +402,10 @@ void SymmetricMemory::probe_placement(Meet&& meet, Clock::time_point deadline, c
   const Clock::time_point start = Clock::now();
   const Bounced b = bounce(me->ball, sync_[partner].header()->ball, rank < partner, probes_,
                            std::min(deadline, start + kProbeFor));
+  const Placement where = judge ? own_ : placement_of(b);
+  if (where != Placement::Unknown) own_ = where;
   if (stores_ != Stores::Auto) return;
   const auto took = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
-  const Placement where = placement_of(b);
   const bool stream = where == Placement::Unknown ? streaming_ : where == Placement::Far;
   std::ostringstream what;
   what << label.str() << ": placement probe: " << b.round_trips << " round trips with rank " << partner << " (CPUs "

@@ -69,6 +69,7 @@
 #include "comm/executor.hpp"
 #include "comm/history.hpp"
 #include "comm/node_wait.hpp"
+#include "comm/placement_probe.hpp"
 #include "transport/link.hpp"
 #include "transport/shm/region.hpp"
 
@@ -129,6 +130,18 @@ class SymmetricMemory {
   // Whether the next staged call writes with streaming stores (as the
   // last probe decided, under Auto).
   bool streaming() const { return streaming_; }
+  // Where the CPUs are, as every rank agrees: rank 0's verdict from the
+  // probe before last (whatever its Stores), which it hands to every rank
+  // at the last probe's meeting. Unknown until rank 0 has one. It changes
+  // only within a probe, which every rank holds at the same call, so
+  // every rank reads the same value for the same call: a choice of path
+  // may depend on it.
+  Placement agreed_placement() const { return agreed_; }
+  // For tests: every rank's verdict of each probe is judge(its rank, the
+  // probe's number from 1) instead of its bounce's; nullptr restores the
+  // bounce. Process-wide.
+  using ProbeJudge = Placement (*)(int rank, std::uint64_t probe);
+  static void judge_probes_for_tests(ProbeJudge judge);
   // How many meetings the next all_reduce_staged() holds for `bytes`, and
   // the next all_reduce() (their steps).
   std::uint32_t staged_meetings(std::size_t bytes, std::size_t elem) const;
@@ -212,6 +225,8 @@ class SymmetricMemory {
   Stores stores_ = Stores::Cache;
   bool streaming_ = false;
   std::uint64_t probes_ = 0;  // probes held: each one's own ball values
+  Placement own_ = Placement::Unknown;     // this rank's latest verdict that told
+  Placement agreed_ = Placement::Unknown;  // see agreed_placement()
   std::atomic<bool>* placement_out_ = nullptr;
   std::vector<unsigned char> folded_;  // see fold_aside()
   // The block (kFoldBlockBytes) a fold goes into, in the first-level

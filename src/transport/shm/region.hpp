@@ -27,7 +27,7 @@
 namespace kizuna::transport::shm {
 
 inline constexpr std::uint64_t kRegionMagic = 0x4d59535a4b5a4b31ull;  // "1KZKZSYM"
-inline constexpr std::uint32_t kRegionVersion = 2;
+inline constexpr std::uint32_t kRegionVersion = 3;
 inline constexpr std::size_t kRegionHeaderBytes = 4096;
 
 // The call a rank is in, as its peers check it (all plain fields, written
@@ -57,6 +57,7 @@ struct alignas(64) RegionHeader {
   std::atomic<std::uint32_t> sleeping;
   alignas(64) std::atomic<std::uint64_t> ball;
   alignas(64) std::atomic<std::int32_t> cpu;  // written before a meeting, read after it
+  std::atomic<std::int32_t> told;             // rank 0's placement verdict, the same way (comm/symmetric.hpp)
 };
 
 static_assert(sizeof(RegionHeader) <= kRegionHeaderBytes);

@@ -16,6 +16,8 @@
 
 #include "collective_cases.hpp"
 #include "collective_sweep.hpp"
+#include "comm/placement_probe.hpp"
+#include "comm/symmetric.hpp"
 #include "core/log.hpp"
 #include "error_of.hpp"
 #include "every_rank_failed.hpp"
@@ -253,4 +255,53 @@ TEST_CASE("a rank that aborts fails its peer's staged all-reduce well before the
   INFO(e.what());
   CHECK((e.code() == ErrorCode::PeerLost || e.code() == ErrorCode::Aborted));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+}
+
+TEST_CASE("under staged_from auto, an all-reduce below 256 KiB takes the slots while rank 0's probes find the CPUs near, on every rank alike", "[comm][staged]") {
+  if (std::thread::hardware_concurrency() < 2) {
+    WARN("one core: two ranks outnumber it, and every all-reduce from 64 KiB is staged");
+    return;
+  }
+  // Rank 0 finds `found` at every probe, rank 1 the other: a rank that
+  // went by its own verdict would take another path than its peer.
+  const bool near = GENERATE(true, false);
+  static bool rank0_near;
+  rank0_near = near;
+  comm::SymmetricMemory::judge_probes_for_tests([](int rank, std::uint64_t) {
+    return (rank == 0) == rank0_near ? comm::Placement::Near : comm::Placement::Far;
+  });
+  struct Restore {
+    ~Restore() { comm::SymmetricMemory::judge_probes_for_tests(nullptr); }
+  } restore;
+  CAPTURE(near);
+  CommOptions options = staged_options(std::chrono::milliseconds(20'000));
+  options.staged_from.reset();  // auto: 64 KiB, or 256 KiB while near
+  const auto comms = make_comms(2, options);
+  std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+  std::vector<int> wrong(2, 0);  // results other than 1 + 2, by rank
+  auto count_wrong = [&](int r, const std::vector<float>& v) {
+    wrong[r] += static_cast<int>(std::count_if(v.begin(), v.end(), [](float x) { return x != 3.0f; }));
+  };
+  run_ranks(2, [&](int r) {
+    // 65 staged calls of 512 KiB: probes at the 1st and the 65th, after
+    // which every rank goes by rank 0's verdict of the 1st.
+    std::vector<float> large(128 << 10);
+    for (int i = 0; i < 65; ++i) {
+      std::fill(large.begin(), large.end(), 1.0f + r);
+      comms[r]->all_reduce(large.data(), large.size(), DataType::Float32, ReduceOp::Sum).wait();
+      count_wrong(r, large);
+    }
+    // 64 KiB and 128 KiB: through the slots while near, staged while far.
+    for (std::size_t count : {16u << 10, 32u << 10}) {
+      std::vector<float> values(count, 1.0f + r);
+      comms[r]->all_reduce(values.data(), count, DataType::Float32, ReduceOp::Sum).wait();
+      count_wrong(r, values);
+    }
+    // A mismatched call tells which: the staged path's error names itself.
+    std::vector<float> values((16 << 10) + r, 1.0f);
+    errors[r] = error_of(comms[r]->all_reduce(values.data(), values.size(), DataType::Float32, ReduceOp::Sum));
+  });
+  CHECK(wrong == std::vector<int>{0, 0});
+  if (near) check_every_rank_failed(errors, ErrorCode::Mismatch, !Catch::Contains("staged"));
+  else check_every_rank_failed(errors, ErrorCode::Mismatch, Catch::Contains("staging memory"));
 }
