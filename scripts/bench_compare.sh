@@ -5,7 +5,7 @@
 #
 # Each repetition (BENCH_REPS, default 3) runs, for 2 and 4 ranks, every
 # configuration once, interleaved so that the machine's drift hits them all
-# alike:
+# alike, in an order shuffled for each repetition:
 #   kizuna-perf    --transport shm|tcp x --algo auto|ring|tree, and
 #                  --transport shm -R 2 (symmetric memory, docs/symmetric-memory.md)
 #   gloo-perf      --algo ring|ring_chunked|halving_doubling|bcube (TCP, async mode)
@@ -120,6 +120,30 @@ sweep() {
   ((${#large_sweep[@]} == 0)) || run "$name" "$@" "${large_sweep[@]}"
 }
 
+# configuration N WHAT...: both sweeps of one configuration for N ranks
+# (kizuna TRANSPORT ALGO, kizuna shm symmetric, gloo ALGO, mpi shm|tcp), in
+# repetition $rep.
+configuration() {
+  local n=$1 what=$2 a=$3 b=${4:-}
+  case $what in
+    kizuna)
+      if [[ $b == symmetric ]]; then
+        sweep "kizuna-shm-symmetric-n$n-r$rep" launch "$n" "$build/bin/kizuna-perf" --transport shm --algo auto -R 2
+      else
+        sweep "kizuna-$a-$b-n$n-r$rep" launch "$n" "$build/bin/kizuna-perf" --transport "$a" --algo "$b"
+      fi
+      ;;
+    gloo) sweep "gloo-$a-n$n-r$rep" launch "$n" "$build/bench/compare/gloo-perf" --algo "$a" ;;
+    mpi)
+      if [[ $a == shm ]]; then
+        sweep "mpi-shm-n$n-r$rep" mpi "$n" "$build/bench/compare/mpi-perf" --transport shm
+      else
+        sweep "mpi-tcp-n$n-r$rep" mpi "$n" --mca btl tcp,self "$build/bench/compare/mpi-perf" --transport tcp
+      fi
+      ;;
+  esac
+}
+
 cores=$(nproc)
 start=$(date +%s)
 for ((rep = 1; rep <= reps; rep++)); do
@@ -149,22 +173,27 @@ for ((rep = 1; rep <= reps; rep++)); do
     if [[ -n $congestion ]]; then
       "$build/bench/compare/tcp-ring-rate" --procs "$n" --seconds 2 | tee "$out/tcp-system-n$n-r$rep.txt" | tail -1
     fi
+    # The configurations, in an order shuffled for each repetition (seeded
+    # with its number, so a rerun repeats it), so that none always runs
+    # after the same one: what runs before may leave the CPUs placed one
+    # way or the other.
+    configs=()
     for transport in shm tcp; do
-      for algo in auto ring tree; do
-        sweep "kizuna-$transport-$algo-n$n-r$rep" \
-          launch "$n" "$build/bin/kizuna-perf" --transport "$transport" --algo "$algo"
-      done
+      for algo in auto ring tree; do configs+=("kizuna $transport $algo"); done
     done
-    sweep "kizuna-shm-symmetric-n$n-r$rep" launch "$n" "$build/bin/kizuna-perf" --transport shm --algo auto -R 2
+    configs+=("kizuna shm symmetric")
     if ((have_gloo)); then
-      for algo in ring ring_chunked halving_doubling bcube; do
-        sweep "gloo-$algo-n$n-r$rep" launch "$n" "$build/bench/compare/gloo-perf" --algo "$algo"
-      done
+      for algo in ring ring_chunked halving_doubling bcube; do configs+=("gloo $algo"); done
     fi
-    if ((have_mpi)); then
-      sweep "mpi-shm-n$n-r$rep" mpi "$n" "$build/bench/compare/mpi-perf" --transport shm
-      sweep "mpi-tcp-n$n-r$rep" mpi "$n" --mca btl tcp,self "$build/bench/compare/mpi-perf" --transport tcp
-    fi
+    if ((have_mpi)); then configs+=("mpi shm" "mpi tcp"); fi
+    mapfile -t order < <(/usr/bin/python3 -c 'import random, sys
+names = sys.argv[2:]
+random.Random(int(sys.argv[1])).shuffle(names)
+print("\n".join(names))' "$rep$n" "${configs[@]}")
+    for c in "${order[@]}"; do
+      # shellcheck disable=SC2086  # "kizuna shm auto": three words
+      configuration "$n" $c
+    done
   done
 done
 echo "== measured in $(( $(date +%s) - start )) s; results in $out"

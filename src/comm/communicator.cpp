@@ -480,8 +480,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::optional<Work> try_direct(Task& t) {
     if (t.kind != Task::Kind::Collective || check || t.count * size_of(t.dtype) > kDirectBytes)
       return std::nullopt;
-    // A call on symmetric memory's path meets its peers and may sleep: queued.
-    if (t.symmetric || t.symmetric_staged) return std::nullopt;
+    // A call on symmetric memory's path meets its peers and may sleep:
+    // queued (a staged one that may take the slots is looked at below).
+    if (t.symmetric || (t.symmetric_staged && t.count * size_of(t.dtype) >= staged_near_from)) return std::nullopt;
     if (holding_exec == this) return std::nullopt;  // from a callback: queued, and run by its wait
     std::unique_lock exec = take_exec_briefly();
     if (!exec) return std::nullopt;
@@ -489,6 +490,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     {
       std::lock_guard lock(queue_mutex);
       if (!callers_wait || stopping || !queue.empty()) return std::nullopt;
+      // Nothing runs or waits before it: it starts here, now.
+      slots_while_near(t);
+      if (t.symmetric_staged) return std::nullopt;
       t.seq = gate.fetch_add(2, std::memory_order_relaxed) >> 1;
       record_queued(t, true);
       last_enqueue.store(t.queued_at, std::memory_order_relaxed);
@@ -980,12 +984,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     }
     // A peer that waits at its mailbox for this call sees it is elsewhere.
     if (mailbox) mailbox->announce(t.seq, static_cast<std::uint32_t>(t.collective), t.count);
-    // Staged from staged_from, but through the slots below staged_near_from
-    // while every rank's CPU shares a last-level cache with the others'
-    // (symmetric memory's probes, as every rank agrees for this call).
-    if (t.symmetric_staged && t.count * size_of(t.dtype) < staged_near_from &&
-        symmetric->agreed_placement() == comm::Placement::Near)
-      t.symmetric_staged = false;
+    slots_while_near(t);
     if (t.symmetric || t.symmetric_staged) {
       execute_symmetric(t, deadline);
       return true;
@@ -1046,6 +1045,17 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     t.symmetric = true;
     t.pinned_input = std::move(in);
     t.pinned_output = std::move(out);
+  }
+
+  // A staged all-reduce below staged_near_from goes through the slots
+  // while the two ranks' CPUs share a last-level cache, as symmetric
+  // memory's probes tell and every rank agrees for this call (its verdict
+  // changes only within a call). Decided as the call starts to run, under
+  // the executor's lock.
+  void slots_while_near(Task& t) const {
+    if (t.symmetric_staged && t.count * size_of(t.dtype) < staged_near_from &&
+        symmetric->agreed_placement() == comm::Placement::Near)
+      t.symmetric_staged = false;
   }
 
   // An all-reduce of up to mailbox_upto bytes, or a barrier, left to the
@@ -1410,7 +1420,8 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     // 1.35-1.75x at 1 and 16 MiB; 2 ranks on 2 cores, 1.6-1.9x from 64 KiB
     // to 1 MiB with their cores' caches far apart (streaming stores), and
     // 0.66-0.81x at 64-128 KiB, 0.73-1.01x from 256 KiB to 1 MiB, with them near.
-    // So under auto, with every rank on a core of its own, the calls below
+    // So under auto, with 2 ranks each on a core of its own (the case
+    // measured, where the one pair probed is every pair), the calls below
     // 256 KiB take the slots while the probes find the CPUs near (2 ranks
     // on 2 cores, near, 3 alternations: 64 KiB 5.2-5.6 GB/s through the
     // slots against 3.8-3.9 staged, 128 KiB 5.0-6.2 against 4.9, level
@@ -1419,7 +1430,7 @@ std::shared_ptr<Communicator> Communicator::create(const CommOptions& options) {
     impl->staged_from = options.staged_from ? *options.staged_from
                         : env.staged_from >= 0 ? static_cast<std::size_t>(env.staged_from)
                                                : 64 << 10;
-    impl->staged_near_from = staged_auto && !oversubscribed ? std::size_t{256} << 10 : 0;
+    impl->staged_near_from = staged_auto && !oversubscribed && impl->world == 2 ? std::size_t{256} << 10 : 0;
     // How it is written: as the probes say (Auto), and until one does,
     // through the caches when every rank has a core of its own (the first
     // call probes, and two ranks that both run answer it) and streaming

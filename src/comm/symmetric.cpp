@@ -379,10 +379,14 @@ void SymmetricMemory::probe_placement(Meet&& meet, Clock::time_point deadline, c
   const int rank = setup_.rank, world = setup_.world;
   RegionHeader* me = sync_[rank].header();
   me->cpu.store(::sched_getcpu(), std::memory_order_relaxed);
-  if (rank == 0) me->told.store(static_cast<std::int32_t>(own_), std::memory_order_relaxed);
+  // Two slots, by probe, because rank 0 may reach the next probe, and
+  // write its verdict, before a slow peer has read this one's (though not
+  // the probe after: its meeting waits for that peer).
+  const std::size_t slot = (probes_ + 1) % 2;
+  if (rank == 0) me->told[slot].store(static_cast<std::int32_t>(own_), std::memory_order_relaxed);
   // The meeting: every rank's CPU known, and rank 0's verdict.
   meet();
-  const std::int32_t told = sync_[0].header()->told.load(std::memory_order_relaxed);
+  const std::int32_t told = sync_[0].header()->told[slot].load(std::memory_order_relaxed);
   agreed_ = told == static_cast<std::int32_t>(Placement::Near)  ? Placement::Near
             : told == static_cast<std::int32_t>(Placement::Far) ? Placement::Far
                                                                  : Placement::Unknown;

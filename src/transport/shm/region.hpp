@@ -57,7 +57,7 @@ struct alignas(64) RegionHeader {
   std::atomic<std::uint32_t> sleeping;
   alignas(64) std::atomic<std::uint64_t> ball;
   alignas(64) std::atomic<std::int32_t> cpu;  // written before a meeting, read after it
-  std::atomic<std::int32_t> told;             // rank 0's placement verdict, the same way (comm/symmetric.hpp)
+  std::atomic<std::int32_t> told[2];          // rank 0's placement verdicts, the same way (comm/symmetric.hpp)
 };
 
 static_assert(sizeof(RegionHeader) <= kRegionHeaderBytes);

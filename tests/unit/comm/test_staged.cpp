@@ -262,8 +262,9 @@ TEST_CASE("under staged_from auto, an all-reduce below 256 KiB takes the slots w
     WARN("one core: two ranks outnumber it, and every all-reduce from 64 KiB is staged");
     return;
   }
-  // Rank 0 finds `found` at every probe, rank 1 the other: a rank that
-  // went by its own verdict would take another path than its peer.
+  // Rank 0 finds the CPUs near (or far) at every probe, rank 1 the other:
+  // a rank that went by its own verdict would take another path than its
+  // peer.
   const bool near = GENERATE(true, false);
   static bool rank0_near;
   rank0_near = near;
