@@ -585,7 +585,8 @@ def compare(args):
             mem_single[w] = (ring1, sym1)
             out.append(f"  - {w} ranks on {cores} cores: p = {p}, (p/n) x 2 / (1/{rcp:.2f} + 1/{rrp:.2f}) = "
                        f"**{sym:.2f} GB/s** (with one process's rates instead, {sym1:.2f} GB/s).")
-        out.append("- Private buffers from `KIZUNA_STAGED_FROM` (64 KiB; "
+        out.append("- Private buffers from `KIZUNA_STAGED_FROM` (64 KiB; 256 KiB for 2 ranks while "
+                   "the CPUs are near; "
                    "docs/symmetric-memory.md#private-buffers-the-staged-all-reduce) take "
                    "the staged all-reduce: symmetric memory's algorithm on copies made, round by round, "
                    "into a staging memory of 512 KiB per rank, which stays in the caches while the CPUs' "
