@@ -24,35 +24,42 @@ std::uint64_t done_in(History::State state, std::uint64_t seq, std::uint64_t cal
   return state == History::State::Done ? seq : calls > 1 ? seq - 1 : 0;
 }
 
+// A seqlock's write of slot `s` as record `id`: readers that see any field
+// `fill` stores see the id change (read() checks it after its loads).
+template <class Slot, class Fill>
+void seqlock_write(Slot& s, std::uint64_t id, Fill&& fill) {
+  s.id.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  fill();
+  s.id.store(id, std::memory_order_release);
+}
+
 }  // namespace
 
 std::uint64_t History::queued(std::uint64_t seq, std::string_view kind, DataType dtype,
                               std::uint64_t count, int peer) {
+  std::lock_guard lock(queued_lock_);
   return record(seq, kind, dtype, count, peer, "", 0, State::Queued, now_rep());
 }
 
 std::uint64_t History::running(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count,
                                int peer, std::string_view algorithm, std::uint32_t steps, Clock::time_point now) {
   constexpr auto relaxed = std::memory_order_relaxed;
-  {
-    std::lock_guard lock(queued_lock_);
-    const std::uint64_t id = next_id_.load(relaxed) - 1;
-    Slot& s = slots_[id % kSize];
-    if (id != 0 && seq != 0 && s.id.load(relaxed) == id && s.state.load(relaxed) == State::Done &&
-        s.seq.load(relaxed) + 1 == seq && s.kind.load(relaxed) == kind.data() &&
-        s.algorithm.load(relaxed) == algorithm.data() && s.dtype.load(relaxed) == dtype &&
-        s.count.load(relaxed) == count && s.peer.load(relaxed) == peer && s.steps.load(relaxed) == steps) {
-      // A seqlock's write, as in record().
-      s.id.store(0, relaxed);
-      std::atomic_thread_fence(std::memory_order_release);
+  std::lock_guard lock(queued_lock_);
+  const std::uint64_t id = next_id_.load(relaxed) - 1;
+  Slot& s = slots_[id % kSize];
+  if (id != 0 && seq != 0 && s.id.load(relaxed) == id && s.state.load(relaxed) == State::Done &&
+      s.seq.load(relaxed) + 1 == seq && s.kind.load(relaxed) == kind.data() &&
+      s.algorithm.load(relaxed) == algorithm.data() && s.dtype.load(relaxed) == dtype &&
+      s.count.load(relaxed) == count && s.peer.load(relaxed) == peer && s.steps.load(relaxed) == steps) {
+    seqlock_write(s, id, [&] {
       s.seq.store(seq, relaxed);
       s.calls.store(s.calls.load(relaxed) + 1, relaxed);
       s.state.store(State::Running, relaxed);
       s.started.store(now.time_since_epoch().count(), relaxed);
       s.ended.store(0, relaxed);
-      s.id.store(id, std::memory_order_release);
-      return id;
-    }
+    });
+    return id;
   }
   return record(seq, kind, dtype, count, peer, algorithm, steps, State::Running, now.time_since_epoch().count());
 }
@@ -61,7 +68,6 @@ std::uint64_t History::record(std::uint64_t seq, std::string_view kind, DataType
                               int peer, std::string_view algorithm, std::uint32_t steps, State state,
                               Clock::rep now) {
   constexpr auto relaxed = std::memory_order_relaxed;
-  std::lock_guard lock(queued_lock_);
   const std::uint64_t id = next_id_.load(relaxed);
   next_id_.store(id + 1, relaxed);
   Slot& s = slots_[id % kSize];
@@ -69,22 +75,20 @@ std::uint64_t History::record(std::uint64_t seq, std::string_view kind, DataType
     const std::uint64_t done = done_in(s.state.load(relaxed), s.seq.load(relaxed), s.calls.load(relaxed));
     if (done > evicted_done_.load(relaxed)) evicted_done_.store(done, relaxed);
   }
-  // A seqlock's write: readers that see any new field see the id change.
-  s.id.store(0, relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  s.seq.store(seq, relaxed);
-  s.kind.store(kind.data(), relaxed);
-  s.algorithm.store(algorithm.data(), relaxed);
-  s.dtype.store(dtype, relaxed);
-  s.count.store(count, relaxed);
-  s.peer.store(peer, relaxed);
-  s.state.store(state, relaxed);
-  s.queued.store(now, relaxed);
-  s.started.store(state == State::Queued ? 0 : now, relaxed);
-  s.ended.store(0, relaxed);
-  s.steps.store(steps, relaxed);
-  s.calls.store(1, relaxed);
-  s.id.store(id, std::memory_order_release);
+  seqlock_write(s, id, [&] {
+    s.seq.store(seq, relaxed);
+    s.kind.store(kind.data(), relaxed);
+    s.algorithm.store(algorithm.data(), relaxed);
+    s.dtype.store(dtype, relaxed);
+    s.count.store(count, relaxed);
+    s.peer.store(peer, relaxed);
+    s.state.store(state, relaxed);
+    s.queued.store(now, relaxed);
+    s.started.store(state == State::Queued ? 0 : now, relaxed);
+    s.ended.store(0, relaxed);
+    s.steps.store(steps, relaxed);
+    s.calls.store(1, relaxed);
+  });
   return id;
 }
 

@@ -137,6 +137,7 @@ class History {
     std::atomic<std::uint64_t> calls{1};
   };
   Slot* find(std::uint64_t id);
+  // A new record in the next slot; the caller holds queued_lock_.
   std::uint64_t record(std::uint64_t seq, std::string_view kind, DataType dtype, std::uint64_t count, int peer,
                        std::string_view algorithm, std::uint32_t steps, State state, Clock::rep now);
   // Slot `id`'s record as it stands, or nothing if it is not there or is
