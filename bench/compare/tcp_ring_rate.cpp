@@ -11,6 +11,9 @@
 //                                                calls interleaved, as a kizuna rank
 //   tcp-ring-rate --duplex one                   2 processes, both directions on one
 //                                                connection, as on a kizuna link
+//   tcp-ring-rate --block 67108864 --recv-block 1048576
+//                                                send from memory, receive into the caches
+//                                                (the other way round with the sizes swapped)
 //   tcp-ring-rate --recv spin --recv-bytes 262144
 //                                                the receiver thread retries non-blocking
 //                                                receives of 256 KiB at once (poll: sleeps
@@ -19,20 +22,26 @@
 // The parent opens one loopback connection per ring edge (p -> p+1 mod n),
 // forks n processes and lets them start together. Process p has a sender
 // thread writing `--block` bytes at a time to p+1 and a receiver thread
-// reading from p-1, both blocking, as long as the run lasts. Each receiver
+// reading from p-1 into a buffer of `--recv-block` bytes (default: the
+// block), one receive after the other through it, both blocking, as long
+// as the run lasts. So with a block larger than the caches (64 MiB) what is
+// sent comes from memory and what is received goes to memory, as a large
+// all-reduce's data does; with the default of 1 MiB both stay in the
+// caches. Each receiver
 // counts the bytes that arrive between the end of a warm-up (a quarter of
 // the run) and the end; rate = bytes / that time, in GB/s (1e9 B/s). With
 // two processes the two edges are the two directions of one full-duplex
 // path. --io single and --duplex one change those two choices, to measure
 // what each costs; --recv and --recv-bytes change how the receiver thread
-// waits and how much it asks for per call.
+// waits and how much it asks for per call; --recv-block where it writes.
 //
 // Output, one line per edge and a summary that scripts read:
 //   edge 0->1 2.041 GB/s
 //   edge 1->0 2.017 GB/s
 //   tcp-ring-rate procs 2 min 2.017 mean 2.029 GB/s per direction
 // (with --congestion, the summary line ends "congestion NAME", then
-// "io single", "duplex one" and "recv spin|poll BYTES" when asked for).
+// "io single", "duplex one", "recv spin|poll BYTES" and "recv-block BYTES"
+// when asked for).
 // Exit status: 0 done, 1 a socket or process failure, 2 bad usage.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -130,7 +139,7 @@ constexpr const char* kRecvWaitNames[] = {"block", "spin", "poll"};
 // to `recv_bytes`, blocking, or non-blocking and retried at once (Spin) or
 // after poll() says the socket is readable (Poll).
 double run_threads(int out, int in, Clock::time_point end, Counter& counter, std::size_t block,
-                   RecvWait wait, std::size_t recv_bytes) {
+                   std::size_t recv_block, RecvWait wait, std::size_t recv_bytes) {
   std::thread sender([&] {
     std::vector<char> buf(block, 1);
     while (Clock::now() < end) {
@@ -146,9 +155,11 @@ double run_threads(int out, int in, Clock::time_point end, Counter& counter, std
     }
     ::shutdown(out, SHUT_WR);
   });
-  std::vector<char> buf(recv_bytes);
+  std::vector<char> buf(recv_block);
+  std::size_t at = 0;  // where in `buf` the next receive writes
   for (;;) {
-    const ssize_t n = ::recv(in, buf.data(), recv_bytes, wait == RecvWait::Block ? 0 : MSG_DONTWAIT);
+    const ssize_t n = ::recv(in, buf.data() + at, std::min(recv_bytes, recv_block - at),
+                             wait == RecvWait::Block ? 0 : MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -161,6 +172,7 @@ double run_threads(int out, int in, Clock::time_point end, Counter& counter, std
       die("recv");
     }
     if (n == 0) break;
+    at = (at + static_cast<std::size_t>(n)) % recv_block;
     counter.add(static_cast<std::size_t>(n));
   }
   sender.join();
@@ -170,11 +182,13 @@ double run_threads(int out, int in, Clock::time_point end, Counter& counter, std
 // One thread, non-blocking calls interleaved, as a kizuna rank's executor
 // drives its links: up to 512 KiB per send and 256 KiB per receive (its
 // reduce staging), poll() when neither moves.
-double run_single(int out, int in, Clock::time_point end, Counter& counter, std::size_t block) {
+double run_single(int out, int in, Clock::time_point end, Counter& counter, std::size_t block,
+                  std::size_t recv_block) {
   ::fcntl(out, F_SETFL, ::fcntl(out, F_GETFL) | O_NONBLOCK);
   ::fcntl(in, F_SETFL, ::fcntl(in, F_GETFL) | O_NONBLOCK);
-  std::vector<char> send_buf(block, 1), recv_buf(block);
-  std::size_t sent = 0;  // of the current block
+  std::vector<char> send_buf(block, 1), recv_buf(recv_block);
+  std::size_t sent = 0;      // of the current block
+  std::size_t received = 0;  // of the receive buffer
   bool sending = true;
   for (;;) {
     bool moved = false;
@@ -184,9 +198,13 @@ double run_single(int out, int in, Clock::time_point end, Counter& counter, std:
       if (n > 0) sent = (sent + static_cast<std::size_t>(n)) % block, moved = true;
       else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("send");
     }
-    const ssize_t n = ::recv(in, recv_buf.data(), std::min<std::size_t>(block, 256 << 10), 0);
+    const ssize_t n = ::recv(in, recv_buf.data() + received, std::min<std::size_t>(recv_block - received, 256 << 10), 0);
     if (n == 0) break;
-    if (n > 0) counter.add(static_cast<std::size_t>(n)), moved = true;
+    if (n > 0) {
+      received = (received + static_cast<std::size_t>(n)) % recv_block;
+      counter.add(static_cast<std::size_t>(n));
+      moved = true;
+    }
     else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("recv");
     if (!moved) {
       pollfd fds[2] = {{in, POLLIN, 0}, {out, static_cast<short>(sending ? POLLOUT : 0), 0}};
@@ -198,14 +216,14 @@ double run_single(int out, int in, Clock::time_point end, Counter& counter, std:
 
 // Process p: send to `out` and receive from `in` for `seconds`, starting at
 // the shared `start` time; returns the receive rate in bytes per second.
-double run_process(int out, int in, Clock::time_point start, double seconds, std::size_t block, bool single,
-                   RecvWait wait, std::size_t recv_bytes) {
+double run_process(int out, int in, Clock::time_point start, double seconds, std::size_t block,
+                   std::size_t recv_block, bool single, RecvWait wait, std::size_t recv_bytes) {
   const auto warm = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds / 4));
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::this_thread::sleep_until(start);
   Counter counter(warm, end);
-  return single ? run_single(out, in, end, counter, block)
-                : run_threads(out, in, end, counter, block, wait, recv_bytes);
+  return single ? run_single(out, in, end, counter, block, recv_block)
+                : run_threads(out, in, end, counter, block, recv_block, wait, recv_bytes);
 }
 
 long parse(const char* flag, const char* text, long min, long max) {
@@ -237,6 +255,7 @@ int main(int argc, char** argv) {
   int procs = 2;
   double seconds = 2.0;
   std::size_t block = 1 << 20;
+  std::size_t recv_block = 0;  // --recv-block (0: --block)
   std::string congestion;
   bool single = false;      // --io single
   bool one_socket = false;  // --duplex one
@@ -246,12 +265,15 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: tcp-ring-rate [--procs N] [--seconds S] [--block BYTES] [--congestion NAME]\n"
+          "usage: tcp-ring-rate [--procs N] [--seconds S] [--block BYTES] [--recv-block BYTES]\n"
+          "                     [--congestion NAME]\n"
           "                     [--io threads|single] [--duplex two|one]\n"
           "                     [--recv block|spin|poll] [--recv-bytes BYTES]\n\n"
           "Loopback TCP rate with N processes in a ring, each sending to the next and receiving\n"
           "from the previous at once (N=2: full duplex). Defaults: 2 processes, 2 s, 1 MiB writes,\n"
           "the system's TCP congestion control (--congestion reno: what kizuna uses within a host).\n"
+          "Each receiver writes one receive after the other through a buffer of --recv-block bytes\n"
+          "(default --block): 64 MiB blocks come from and go to memory, 1 MiB ones stay in cache.\n"
           "--io threads (default): a sender and a receiver thread per process, blocking calls;\n"
           "--io single: one thread, non-blocking calls interleaved (a kizuna rank's executor).\n"
           "--duplex one (2 processes only): both directions on one connection, as kizuna's links\n"
@@ -267,6 +289,7 @@ int main(int argc, char** argv) {
     if (a == "--procs") procs = static_cast<int>(parse("--procs", argv[++i], 2, 256));
     else if (a == "--seconds") seconds = static_cast<double>(parse("--seconds", argv[++i], 1, 3600));
     else if (a == "--block") block = static_cast<std::size_t>(parse("--block", argv[++i], 1, 1 << 30));
+    else if (a == "--recv-block") recv_block = static_cast<std::size_t>(parse("--recv-block", argv[++i], 1, 1 << 30));
     else if (a == "--congestion") congestion = argv[++i];
     else if (a == "--io") single = choose("--io", argv[++i], {"threads", "single"}) == 1;
     else if (a == "--recv") wait = static_cast<RecvWait>(choose("--recv", argv[++i], kRecvWaitNames));
@@ -284,6 +307,8 @@ int main(int argc, char** argv) {
   }
   const bool recv_default = wait == RecvWait::Block && recv_bytes == 0;
   if (recv_bytes == 0) recv_bytes = block;
+  const bool recv_block_default = recv_block == 0;
+  if (recv_block == 0) recv_block = block;
   // Edge p: p -> p+1; process p sends on edges[p].first, receives on edges[p-1].second.
   std::vector<std::pair<int, int>> edges;
   if (one_socket && procs != 2) {
@@ -307,7 +332,7 @@ int main(int argc, char** argv) {
         if (edges[q].first != out) ::close(edges[q].first);
         if (edges[q].second != in) ::close(edges[q].second);
       }
-      const double rate = run_process(out, in, start, seconds, block, single, wait, recv_bytes);
+      const double rate = run_process(out, in, start, seconds, block, recv_block, single, wait, recv_bytes);
       if (::write(fds[1], &rate, sizeof rate) != sizeof rate) ::_exit(1);
       ::_exit(0);
     }
@@ -344,6 +369,7 @@ int main(int argc, char** argv) {
   std::string recv_words;
   if (!recv_default)
     recv_words = std::string(" recv ") + kRecvWaitNames[static_cast<int>(wait)] + " " + std::to_string(recv_bytes);
+  if (!recv_block_default) recv_words += " recv-block " + std::to_string(recv_block);
   std::printf("tcp-ring-rate procs %d min %.3f mean %.3f GB/s per direction%s%s%s%s%s\n", procs,
               *std::min_element(rates.begin(), rates.end()) / 1e9, sum / procs / 1e9,
               congestion.empty() ? "" : " congestion ", congestion.c_str(), single ? " io single" : "",
