@@ -482,7 +482,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       return std::nullopt;
     // A call on symmetric memory's path meets its peers and may sleep:
     // queued (a staged one that may take the slots is looked at below).
-    if (t.symmetric || (t.symmetric_staged && t.count * size_of(t.dtype) >= staged_near_from)) return std::nullopt;
+    if (t.symmetric || (t.symmetric_staged && !may_take_slots(t))) return std::nullopt;
     if (holding_exec == this) return std::nullopt;  // from a callback: queued, and run by its wait
     std::unique_lock exec = take_exec_briefly();
     if (!exec) return std::nullopt;
@@ -1053,9 +1053,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // changes only within a call). Decided as the call starts to run, under
   // the executor's lock.
   void slots_while_near(Task& t) const {
-    if (t.symmetric_staged && t.count * size_of(t.dtype) < staged_near_from &&
-        symmetric->agreed_placement() == comm::Placement::Near)
-      t.symmetric_staged = false;
+    if (may_take_slots(t) && symmetric->agreed_placement() == comm::Placement::Near) t.symmetric_staged = false;
+  }
+  bool may_take_slots(const Task& t) const {
+    return t.symmetric_staged && t.count * size_of(t.dtype) < staged_near_from;
   }
 
   // An all-reduce of up to mailbox_upto bytes, or a barrier, left to the
