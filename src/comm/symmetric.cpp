@@ -39,6 +39,11 @@ constexpr auto kProbeFor = std::chrono::microseconds(500);
 // How often: the host moves the CPUs within seconds, and a probe costs
 // about 5 us with 2 ranks on 2 cores (28 us, median, with 4), where a 64
 // MiB call takes 15-40 ms: by calls for the small, by bytes for the large.
+// The first call probes and so does the second, since a probe hands every
+// rank rank 0's verdict of the probe before (probe_placement): from the
+// third call on, the ranks agree on what the first found, where with the
+// next probe 64 calls later a sweep of 25 calls a size ran its first sizes
+// without it.
 constexpr std::uint64_t kProbeEveryCalls = 64;
 constexpr std::uint64_t kProbeEveryBytes = 32 << 20;
 // An all-reduce of this many bytes or more, staged or on symmetric memory,
@@ -344,7 +349,7 @@ void SymmetricMemory::count_towards_probe(std::uint64_t bytes, bool as_call) {
   if (probe_due_) calls_since_probe_ = bytes_since_probe_ = 0;
   if (as_call) ++calls_since_probe_;
   bytes_since_probe_ += bytes;
-  probe_due_ = calls_since_probe_ >= kProbeEveryCalls || bytes_since_probe_ >= kProbeEveryBytes;
+  probe_due_ = probes_ == 0 || calls_since_probe_ >= kProbeEveryCalls || bytes_since_probe_ >= kProbeEveryBytes;
 }
 
 auto SymmetricMemory::open_call(std::uint64_t seq, std::uint32_t steps, std::uint64_t bytes,

@@ -103,8 +103,8 @@ class SymmetricMemory {
   // staging memory, and a symmetric output's chunks): with ordinary stores,
   // left in this rank's caches (Cache); with streaming stores, past them
   // into memory (Stream, core/stream_copy.hpp), which peers in another
-  // cache domain read faster; or as a probe says (Auto): at the first call
-  // of the two, and every 64th after, or sooner once 32 MiB have gone
+  // cache domain read faster; or as a probe says (Auto): at the first two
+  // calls of the two, and every 64th after, or sooner once 32 MiB have gone
   // through them (every rank alike), every rank holds one more meeting and
   // bounces a cache line with a rank on another CPU
   // (comm/placement_probe.hpp), and streams while the CPUs are far apart.
