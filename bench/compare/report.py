@@ -695,7 +695,7 @@ def compare(args):
         check("tcp busbw >= Open MPI tcp, 1 MiB .. 64 MiB",
               ratio_over(kt_b, mt_b, MIB, 64 * MIB, lower), 1.0, True)
         if top in kt_b and w in tcp:
-            stream_note = (f"; {kt_b[top][0] / tcp_stream[w][0]:.2f}x of the rate with {human_size(top)} blocks"
+            stream_note = (f"; {kt_b[top][0] / tcp_stream[w][0]:.2f}x of the rate with {human_size(sizes[-1])} blocks"
                            if w in tcp_stream and tcp_stream[w][0] else "")
             check("tcp busbw at 64 MiB >= 80% of loopback rate",
                   (kt_b[top][0] / tcp[w][0], None), 0.8, True, note=stream_note)

@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
           "--duplex one (2 processes only): both directions on one connection, as kizuna's links\n"
           "are, instead of a connection per direction.\n"
           "--recv (with --io threads): block (default), spin (non-blocking, retried at once) or poll\n"
-          "(non-blocking, poll() when empty); --recv-bytes: bytes asked per receive (default --block).\n");
+          "(non-blocking, poll() when empty); --recv-bytes: bytes asked per receive (default --block;\n"
+          "never more than what is left of the receive buffer before it wraps).\n");
       return 0;
     }
     if (i + 1 >= argc) {

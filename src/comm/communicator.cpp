@@ -493,6 +493,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
       // Nothing runs or waits before it: it starts here, now.
       slots_while_near(t);
       if (t.symmetric_staged) return std::nullopt;
+      // So does a call through the slots that holds a placement probe.
+      if (symmetric && symmetric->slot_call_probes() && !takes_mailbox(t)) return std::nullopt;
       t.seq = gate.fetch_add(2, std::memory_order_relaxed) >> 1;
       record_queued(t, true);
       last_enqueue.store(t.queued_at, std::memory_order_relaxed);

@@ -42,8 +42,8 @@ constexpr auto kProbeFor = std::chrono::microseconds(500);
 // The first call probes and so does the second, since a probe hands every
 // rank rank 0's verdict of the probe before (probe_placement): from the
 // third call on, the ranks agree on what the first found, where with the
-// next probe 64 calls later a sweep of 25 calls a size ran its first sizes
-// without it.
+// next probe 64 calls later a sweep of some 50 calls a size (kizuna-perf's
+// out of place and in place) ran its first sizes without it.
 constexpr std::uint64_t kProbeEveryCalls = 64;
 constexpr std::uint64_t kProbeEveryBytes = 32 << 20;
 // An all-reduce of this many bytes or more, staged or on symmetric memory,

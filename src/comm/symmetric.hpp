@@ -124,8 +124,12 @@ class SymmetricMemory {
   // Before a collective of `bytes` through the slots (every rank calls it
   // for the same calls, in order): holds the probe when one is due, else
   // counts the bytes towards the next (32 MiB; the slots' calls do not
-  // count towards the 64 calls, so that runs of small ones never probe).
+  // count towards the 64 calls, so that runs of small ones never probe
+  // after the first two).
   void before_slot_call(std::uint64_t bytes, std::uint64_t seq, Clock::time_point deadline, const RunLabel& label);
+  // Whether before_slot_call holds a probe at the next call: that call
+  // meets every peer, and may sleep until they come.
+  bool slot_call_probes() const { return ready_.load(std::memory_order_acquire) && probe_due_; }
   bool staging() const { return staging_ != nullptr; }
   // Whether the next staged call writes with streaming stores (as the
   // last probe decided, under Auto).

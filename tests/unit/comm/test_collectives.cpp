@@ -231,6 +231,38 @@ TEST_CASE("ranks may issue small calls on two communicators in different orders"
   });
 }
 
+TEST_CASE("the first calls through the slots, which hold the placement probes, may be issued on two communicators in different orders", "[comm]") {
+  // 16 KiB: past the mailboxes, short of the staged path. The first two
+  // such calls on a communicator meet every peer for the placement probe
+  // (comm/symmetric.hpp): they are queued, not run by the caller, who
+  // would otherwise wait in the probe for a peer that waits in the other
+  // communicator's (a deadlock would end in the 5 s timeout).
+  const int world = 2;
+  CommOptions options;
+  options.transport = Transport::Shm;
+  options.timeout = std::chrono::milliseconds(5000);
+  const auto a = make_comms(world, options);
+  const auto b = make_comms(world, options);
+  run_ranks(world, [&](int r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float> x(4096, 1.0f), y(4096, 2.0f);
+      Work first, second;
+      if (r == 0) {
+        first = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+        second = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
+      } else {
+        first = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
+        second = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+      }
+      first.wait();
+      second.wait();
+      REQUIRE((x[4095] == 2.0f && y[0] == 4.0f));
+    }
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500));
+  });
+}
+
 TEST_CASE("split makes independent groups that run different collectives at once", "[comm]") {
   const int world = 4;
   const auto comms = make_comms(world);
