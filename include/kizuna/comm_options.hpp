@@ -58,8 +58,8 @@ struct CommOptions {
   // (ordinary stores), "stream" (streaming stores, past the caches into
   // memory, which a peer in another cache domain reads faster) or "auto"
   // (probed at the first two such calls and every 64th after, when every
-  // rank has a core of its own; else stream). This rank's own choice. Empty: KIZUNA_STAGED_STORES
-  // (default auto).
+  // rank has a core of its own; else stream). This rank's own choice.
+  // Empty: KIZUNA_STAGED_STORES (default auto).
   std::string staged_stores;
   // The largest all-reduce, in bytes, that runs through the mailboxes (every
   // rank reads every peer's input from one shared cache line or a few) when

@@ -25,6 +25,24 @@ std::vector<Case> cases_for(int world, bool all_types) {
   return standard_cases(world, dtypes, std::vector<ReduceOp>(std::begin(kAllReduceOps), std::end(kAllReduceOps)));
 }
 
+// Rank r of 2 sums `count` floats on communicators a and b, issuing both
+// calls before it waits: rank 0 a then b, rank 1 b then a.
+void all_reduce_in_opposite_orders(const std::vector<std::shared_ptr<Communicator>>& a,
+                                   const std::vector<std::shared_ptr<Communicator>>& b, int r, std::size_t count) {
+  std::vector<float> x(count, 1.0f), y(count, 2.0f);
+  Work first, second;
+  if (r == 0) {
+    first = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+    second = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
+  } else {
+    first = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
+    second = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
+  }
+  first.wait();
+  second.wait();
+  REQUIRE((x.back() == 2.0f && y.front() == 4.0f));
+}
+
 }  // namespace
 
 TEST_CASE("collectives match the serial reference: ring, tree, one-shot, two-shot, doubling, over TCP and shared memory", "[comm]") {
@@ -214,20 +232,7 @@ TEST_CASE("ranks may issue small calls on two communicators in different orders"
       b[r]->all_reduce(&y, 1, DataType::Int32, ReduceOp::Sum).wait();
       REQUIRE((x == 2 && y == 4));
     }
-    for (int k = 0; k < 20; ++k) {
-      std::vector<float> x(100, 1.0f), y(100, 2.0f);
-      Work first, second;
-      if (r == 0) {
-        first = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
-        second = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
-      } else {
-        first = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
-        second = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
-      }
-      first.wait();
-      second.wait();
-      REQUIRE((x[99] == 2.0f && y[0] == 4.0f));
-    }
+    for (int k = 0; k < 20; ++k) all_reduce_in_opposite_orders(a, b, r, 100);
   });
 }
 
@@ -245,20 +250,7 @@ TEST_CASE("the first calls through the slots, which hold the placement probes, m
   const auto b = make_comms(world, options);
   run_ranks(world, [&](int r) {
     const auto start = std::chrono::steady_clock::now();
-    for (int k = 0; k < 3; ++k) {
-      std::vector<float> x(4096, 1.0f), y(4096, 2.0f);
-      Work first, second;
-      if (r == 0) {
-        first = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
-        second = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
-      } else {
-        first = b[r]->all_reduce(y.data(), y.size(), DataType::Float32, ReduceOp::Sum);
-        second = a[r]->all_reduce(x.data(), x.size(), DataType::Float32, ReduceOp::Sum);
-      }
-      first.wait();
-      second.wait();
-      REQUIRE((x[4095] == 2.0f && y[0] == 4.0f));
-    }
+    for (int k = 0; k < 3; ++k) all_reduce_in_opposite_orders(a, b, r, 4096);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500));
   });
 }
