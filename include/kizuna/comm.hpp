@@ -114,6 +114,11 @@ class Communicator {
   // "cpu", or the GPU stream calls use and how ("cuda:0 (NVIDIA H200), ...").
   std::string device() const;
 
+  // The tuning this communicator runs by, as KIZUNA_LOG=info prints it at
+  // creation: every threshold that picks a call's route and every pace
+  // (docs/tuning.md explains each).
+  std::string tuning() const;
+
   // A sub-communicator of the ranks that pass the same color, ordered by
   // (key, rank); like MPI_Comm_split and ncclCommSplit. Collective over
   // this communicator. A negative color takes no part and gets nullptr.

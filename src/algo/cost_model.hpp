@@ -44,7 +44,7 @@ struct LinkModel {
   double message_us = 0.0;             // mu: each further message of a rank in one round
   // A measured crossover the alpha-beta terms cannot express: all-reduces of
   // at least `large_all_reduce_from` bytes take `large_all_reduce` (loopback
-  // TCP with more ranks than cores: see the communicator).
+  // TCP with more ranks than cores: docs/tuning.md#large-all-reduce-over-tcp).
   std::uint64_t large_all_reduce_from = UINT64_MAX;
   Algorithm large_all_reduce = Algorithm::Ring;
 };

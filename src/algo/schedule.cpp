@@ -1,6 +1,7 @@
 #include "algo/schedule.hpp"
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "algo/builder.hpp"
@@ -77,6 +78,31 @@ bool is_hierarchical(const ScheduleRequest& req) {
   return false;
 }
 
+namespace {
+
+// Broadcast and reduce leave ranks that only send to a peer (the root of a
+// broadcast, the leaves of a reduce, each forwarding rank towards the
+// next): such a rank would finish without hearing that its peers made the
+// same call. Confirmation reverses every one-way edge with an empty
+// message: a rank first waits for one from each peer it only sent to,
+// then sends one to each peer it only received from. On a tree or a chain
+// the confirmations flow back from the far ends, so a rank finishes once
+// every rank beyond it has received its part, and never waits in a cycle.
+void confirm_one_way_edges(RankSchedule& out) {
+  std::set<int> sent, received;
+  for (const Step& step : out.steps) {
+    if (step.sends()) sent.insert(step.send_peer);
+    if (step.receives()) received.insert(step.recv_peer);
+  }
+  StepWriter w(out.steps);
+  for (int peer : sent)
+    if (!received.count(peer)) w.recv(peer, Buffer::Output, 0, 0);
+  for (int peer : received)
+    if (!sent.count(peer)) w.send(peer, Buffer::Input, 0, 0);
+}
+
+}  // namespace
+
 RankSchedule make_schedule(const ScheduleRequest& req) {
   KIZUNA_CHECK_ARG(req.world_size >= 1, "world size ", req.world_size, " must be at least 1");
   KIZUNA_CHECK_ARG(req.rank >= 0 && req.rank < req.world_size, "rank ", req.rank,
@@ -124,6 +150,7 @@ RankSchedule make_schedule(const ScheduleRequest& req) {
       if (req.algorithm != Algorithm::Tree) out.algorithm = Algorithm::Ring;
       if (out.algorithm == Algorithm::Tree) bcast ? binomial_broadcast(req, out) : binomial_reduce(req, out);
       else bcast ? chain_broadcast(req, out) : chain_reduce(req, out);
+      if (req.confirm) confirm_one_way_edges(out);
       break;
     }
     case Collective::Barrier:

@@ -98,6 +98,12 @@ struct ScheduleRequest {
   // hierarchical: reduce inside each node to its lowest rank (the leader),
   // all-reduce among the leaders with `algorithm`, broadcast inside each node.
   std::vector<int> node_of;
+  // Broadcast and reduce: every one-way edge answered by an empty message,
+  // so that no rank finishes before the ranks it feeds, or that feed it,
+  // have matched its messages (a rank in another call fails them instead;
+  // see confirm_one_way_edges in schedule.cpp). The host's executor asks
+  // for it; the device's kernels do not carry empty messages.
+  bool confirm = false;
 };
 
 struct RankSchedule {

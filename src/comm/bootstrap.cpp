@@ -102,11 +102,11 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
   for (int r = 0; r < static_cast<int>(peers.size()); ++r)
     if (out.topology.node_of[r] == out.topology.node_of[rank]) local.push_back(r);
   out.local_ranks = static_cast<int>(local.size());
-  if (options.transport == TransportChoice::Shm && local.size() != peers.size())
+  if (options.transport == Transport::Shm && local.size() != peers.size())
     KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_TRANSPORT=shm, but only ", local.size(), " of ",
                  peers.size(), " ranks run on this host (", peers[rank].hostname,
                  "); use auto to combine shared memory and TCP");
-  if (options.transport == TransportChoice::Tcp || local.size() < 2) return;
+  if (options.transport == Transport::Tcp || local.size() < 2) return;
   auto index_of = [&](int r) {
     return static_cast<std::uint32_t>(std::find(local.begin(), local.end(), r) - local.begin());
   };
@@ -132,7 +132,7 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
         transport::shm::segment_name(::getpid(), out.topology.comm_id, rank, ends), g, out.topology.comm_id, rank);
     status = "ok " + shm->mine.name();
   } catch (const Error& e) {
-    if (options.transport == TransportChoice::Shm) throw;
+    if (options.transport == Transport::Shm) throw;
     KIZUNA_LOG(Warn) << "rank " << rank << ": no shared memory, using TCP inside the node: " << e.what();
     status = std::string("fail ") + e.what();
   }
@@ -151,7 +151,7 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
       shm->peers.emplace(r, transport::shm::Segment::map(st.substr(3), out.topology.comm_id, r, g.channels));
       mapped += std::to_string(r) + " ";
     } catch (const Error& e) {
-      if (options.transport == TransportChoice::Shm) throw;
+      if (options.transport == Transport::Shm) throw;
       KIZUNA_LOG(Warn) << "rank " << rank << ": cannot map rank " << r << "'s shared memory, using TCP: " << e.what();
     }
   }
@@ -169,7 +169,7 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
                                                  index_of(rank), std::move(out.links[r]), &shm->stream_stores);
     any = true;
   }
-  if (options.transport == TransportChoice::Shm && !any)
+  if (options.transport == Transport::Shm && !any)
     KIZUNA_THROW(ErrorCode::SystemError, "KIZUNA_TRANSPORT=shm, but rank ", rank,
                  " could not share memory with its peers");
   if (any) out.shm = std::move(shm);

@@ -10,6 +10,7 @@
 // shows up is a Timeout naming it.
 #pragma once
 
+#include <kizuna/comm_options.hpp>
 #include <kizuna/store.hpp>
 
 #include <atomic>
@@ -67,11 +68,9 @@ struct Connected {
   std::string tcp_congestion;
 };
 
-enum class TransportChoice { Auto, Tcp, Shm };
-
 struct BootstrapOptions {
   std::string local_address;
-  TransportChoice transport = TransportChoice::Auto;
+  Transport transport = Transport::Auto;
   std::uint64_t shm_bytes = 1 << 20;  // per directed pair
   std::string tcp_congestion = "auto";  // KIZUNA_TCP_CONGESTION, see transport/tcp/congestion.hpp
 };

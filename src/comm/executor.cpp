@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/call.hpp"
 #include "core/check.hpp"
 #include "core/coarse_clock.hpp"
 #include "core/log.hpp"
@@ -60,10 +61,10 @@ unsigned char* Executor::address(const algo::RankSchedule& s, const ExecBuffers&
   return nullptr;
 }
 
-void Executor::post_send(int peer, const unsigned char* data, std::size_t bytes, std::uint64_t seq) {
+void Executor::post_send(int peer, const unsigned char* data, std::size_t bytes) {
   transport::Link* link = links_[peer];
   KIZUNA_CHECK(link != nullptr, "no link from rank ", rank_, " to rank ", peer);
-  const std::uint64_t number = link->post_send(data, bytes, {seq, send_index_[peer]++});
+  const std::uint64_t number = link->post_send(data, bytes, {tag_.seq, send_index_[peer]++, tag_.code});
   pending_.push_back({link, number, data, data + bytes});
 }
 
@@ -98,12 +99,20 @@ bool Executor::progress_busy() {
     try {
       moved |= link->progress();
     } catch (const Error& e) {
-      failed_peer_ = link->peer();
-      if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
-      KIZUNA_THROW(e.code(), label_->str(), ", step ", step_ + 1, " of ", steps_, ": ", e.what());
+      link_failed(link, e);
     }
   }
   return moved;
+}
+
+void Executor::link_failed(transport::Link* link, const Error& e) {
+  failed_peer_ = link->peer();
+  if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
+  if (const std::optional<std::uint32_t> theirs = link->mismatched_call())
+    KIZUNA_THROW(e.code(), label_->str(), ", step ", step_ + 1, " of ", steps_, ": ", e.what(), ": rank ",
+                 link->peer(), " is in ", describe_message_code(*theirs, tag_.code),
+                 ": the ranks are not making the same calls");
+  KIZUNA_THROW(e.code(), label_->str(), ", step ", step_ + 1, " of ", steps_, ": ", e.what());
 }
 
 void Executor::check_peers() {
@@ -112,9 +121,7 @@ void Executor::check_peers() {
     try {
       link->check_peer();
     } catch (const Error& e) {
-      failed_peer_ = link->peer();
-      if (const transport::AbortNotice* notice = link->received_abort()) cause_ = *notice;
-      KIZUNA_THROW(e.code(), label_->str(), ", step ", step_ + 1, " of ", steps_, ": ", e.what());
+      link_failed(link, e);
     }
   }
 }
@@ -216,13 +223,13 @@ bool Executor::wait_until(Done&& done, int awaiting) {
 }
 
 bool Executor::start(const algo::RankSchedule& s, const ExecBuffers& b, DataType dtype, ReduceOp op,
-                     std::uint64_t seq, Clock::time_point deadline, const RunLabel& label,
+                     CallTag tag, Clock::time_point deadline, const RunLabel& label,
                      Clock::duration patience) {
   schedule_ = &s;
   buffers_ = b;
   dtype_ = dtype;
   op_ = op;
-  seq_ = seq;
+  tag_ = tag;
   deadline_ = deadline;
   started_ = core::coarse_now();
   steps_ = s.steps.size();
@@ -235,7 +242,7 @@ bool Executor::start(const algo::RankSchedule& s, const ExecBuffers& b, DataType
   std::fill(recv_index_.begin(), recv_index_.end(), 0);
   pending_.clear();
   if (live_) {
-    live_->seq.store(seq, std::memory_order_relaxed);
+    live_->seq.store(tag.seq, std::memory_order_relaxed);
     live_->steps.store(static_cast<std::uint32_t>(steps_), std::memory_order_relaxed);
     live_->waiting_since_us.store(0, std::memory_order_relaxed);
   }
@@ -267,7 +274,7 @@ bool Executor::run_step(const algo::Step& step) {
   const std::size_t bytes = step.count * s.request.elem_size;
   switch (step.op) {
     case StepOp::Send:
-      post_send(step.send_peer, address(s, b, step.src, step.src_offset), bytes, seq_);
+      post_send(step.send_peer, address(s, b, step.src, step.src_offset), bytes);
       return true;
     case StepOp::LocalReduce: {
       unsigned char* dst = address(s, b, step.dst, step.dst_offset);
@@ -300,17 +307,17 @@ bool Executor::run_step(const algo::Step& step) {
         sink.op = op_;
         if (step.op == StepOp::RecvReduce || step.op == StepOp::RecvReduceSend)
           sink.src = address(s, b, step.src, step.src_offset);
-        link->post_recv(sink, {seq_, recv_index_[step.recv_peer]++});
+        link->post_recv(sink, {tag_.seq, recv_index_[step.recv_peer]++, tag_.code});
         recv_link_ = link;
         recv_posted_ = true;
       }
       if (!wait_until([link] { return link->recv_done(); }, step.recv_peer)) return false;
       recv_posted_ = false;
       recv_link_ = nullptr;
-      last_seq_from_[step.recv_peer] = seq_;
+      last_seq_from_[step.recv_peer] = tag_.seq;
       last_time_from_[step.recv_peer] = core::coarse_now();
       if (live_) live_->waiting_since_us.store(0, std::memory_order_relaxed);
-      if (step.sends()) post_send(step.send_peer, dst, bytes, seq_);
+      if (step.sends()) post_send(step.send_peer, dst, bytes);
       return true;
     }
   }

@@ -46,6 +46,14 @@ struct RunLabel {
   std::string str() const;
 };
 
+// What every message of a call carries besides its index: the call's
+// sequence number and its code (comm/call.hpp's message_code; 0 for
+// point-to-point messages and the check's exchange).
+struct CallTag {
+  std::uint64_t seq = 0;
+  std::uint32_t code = 0;
+};
+
 struct ExecBuffers {
   const void* input = nullptr;
   void* output = nullptr;
@@ -64,8 +72,8 @@ class Executor {
   static constexpr Clock::duration kHoldOn = Clock::duration::max();
 
   void run(const algo::RankSchedule& schedule, const ExecBuffers& buffers, DataType dtype,
-           ReduceOp op, std::uint64_t seq, Clock::time_point deadline, const RunLabel& label) {
-    start(schedule, buffers, dtype, op, seq, deadline, label, kHoldOn);
+           ReduceOp op, CallTag tag, Clock::time_point deadline, const RunLabel& label) {
+    start(schedule, buffers, dtype, op, tag, deadline, label, kHoldOn);
   }
 
   // The same, for a caller that must not be held long: when it has waited
@@ -75,7 +83,7 @@ class Executor {
   // on from there (with the same schedule object and label contents, which
   // must stay alive until it returns true). Nothing else may run in between.
   bool start(const algo::RankSchedule& schedule, const ExecBuffers& buffers, DataType dtype, ReduceOp op,
-             std::uint64_t seq, Clock::time_point deadline, const RunLabel& label, Clock::duration patience);
+             CallTag tag, Clock::time_point deadline, const RunLabel& label, Clock::duration patience);
   bool resume(const RunLabel& label, Clock::duration patience);
 
   int failed_peer() const { return failed_peer_; }
@@ -110,7 +118,10 @@ class Executor {
   // Runs the steps from step_ on; false when it must yield (see start()).
   bool advance();
   bool run_step(const algo::Step& step);
-  void post_send(int peer, const unsigned char* data, std::size_t bytes, std::uint64_t seq);
+  void post_send(int peer, const unsigned char* data, std::size_t bytes);
+  // Rethrows a link's error `e` naming the call, its step and, for a
+  // message of another call, what that call is.
+  [[noreturn]] void link_failed(transport::Link* link, const Error& e);
   // These return false when they must yield, having changed nothing.
   bool wait_for_region(const unsigned char* begin, const unsigned char* end);
   bool wait_all_sends();
@@ -147,7 +158,7 @@ class Executor {
   ExecBuffers buffers_;
   DataType dtype_ = DataType::Float32;
   ReduceOp op_ = ReduceOp::Sum;
-  std::uint64_t seq_ = 0;
+  CallTag tag_;
   bool recv_posted_ = false;  // the receive of step_ is posted
   bool draining_ = false;     // every step has run; only sends are left
   Clock::duration patience_ = kHoldOn;

@@ -36,40 +36,6 @@ constexpr std::size_t kFoldBlockBytes = 32 << 10;
 // every rank's CPU is known, and how long a pair may bounce the ball.
 constexpr std::uint32_t kProbeMeetings = 1;
 constexpr auto kProbeFor = std::chrono::microseconds(500);
-// How often: the host moves the CPUs within seconds, and a probe costs
-// about 5 us with 2 ranks on 2 cores (28 us, median, with 4), where a 64
-// MiB call takes 15-40 ms: by calls for the small, by bytes for the large.
-// The first call probes and so does the second, since a probe hands every
-// rank rank 0's verdict of the probe before (probe_placement): from the
-// third call on, the ranks agree on what the first found, where with the
-// next probe 64 calls later a sweep of some 50 calls a size (kizuna-perf's
-// out of place and in place) ran its first sizes without it.
-constexpr std::uint64_t kProbeEveryCalls = 64;
-constexpr std::uint64_t kProbeEveryBytes = 32 << 20;
-// An all-reduce of this many bytes or more, staged or on symmetric memory,
-// writes its output with streaming stores, its own chunk (folded aside,
-// block by block) and the peers' reduced chunks: the size of this
-// project's machine's last-level cache. On symmetric memory, with the CPUs
-// near, 2 ranks 1.2-1.5x out of place (3 alternations), 4 ranks 1.1-1.7x
-// (4; docs/symmetric-memory.md). Staged, 2 ranks on 2 cores, the peers'
-// chunks streamed, 5 alternations: out of place 1.2-1.3x (3.0-3.4 ->
-// 3.8-4.1 GB/s), in place level near and 1.1-1.5x far; 4 ranks, 3
-// alternations: 1.2-1.4x out of place, 1.05-1.15x in place. Its own chunk
-// too, 4 alternations: 2 ranks 1.1-1.4x out of place.
-constexpr std::uint64_t kStreamOutputFrom = 8 << 20;
-// Out of place, from this size: the caller's input and output, twice the
-// bytes, would not both stay in the caches with the peers' (2 ranks, 2 MiB:
-// 8 MiB and more in all). Measured, `-b 1M -e 8M -f 2`, against 8 MiB: 2
-// ranks out of place 1.3-1.7x at 2 MiB and 1.2-1.4x at 4 MiB (5
-// alternations), 4 ranks 1.2-1.4x and 1.1-1.3x (4); in place it lost at
-// 2 MiB (0.7x) and was level at 4, so in place keeps kStreamOutputFrom.
-constexpr std::uint64_t kStreamOutOfPlaceFrom = 2 << 20;
-
-// Whether an all-reduce of `bytes` writes its output with streaming stores.
-bool streams_output(std::uint64_t bytes, bool in_place) {
-  return bytes >= (in_place ? kStreamOutputFrom : kStreamOutOfPlaceFrom);
-}
-
 // A staged call's RegionCall says so with this allocation number.
 constexpr std::uint64_t kStagedCall = ~std::uint64_t{0};
 
@@ -349,7 +315,8 @@ void SymmetricMemory::count_towards_probe(std::uint64_t bytes, bool as_call) {
   if (probe_due_) calls_since_probe_ = bytes_since_probe_ = 0;
   if (as_call) ++calls_since_probe_;
   bytes_since_probe_ += bytes;
-  probe_due_ = probes_ == 0 || calls_since_probe_ >= kProbeEveryCalls || bytes_since_probe_ >= kProbeEveryBytes;
+  probe_due_ = probes_ == 0 || calls_since_probe_ >= setup_.probe_every_calls ||
+               bytes_since_probe_ >= setup_.probe_every_bytes;
 }
 
 auto SymmetricMemory::open_call(std::uint64_t seq, std::uint32_t steps, std::uint64_t bytes,

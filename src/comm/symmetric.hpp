@@ -70,6 +70,7 @@
 #include "comm/history.hpp"
 #include "comm/node_wait.hpp"
 #include "comm/placement_probe.hpp"
+#include "core/env.hpp"
 #include "transport/link.hpp"
 #include "transport/shm/region.hpp"
 
@@ -79,6 +80,13 @@ struct SymmetricSetup : NodeWait {
   Store* store = nullptr;
   std::string prefix;  // store keys go under prefix + "/symmetric/"
   std::uint64_t comm_id = 0;
+  // The probe's cadence and the outputs' streaming stores, from the
+  // communicator's tuning (docs/tuning.md#probe-cadence,
+  // docs/tuning.md#streaming-stores).
+  std::uint64_t probe_every_calls = 64;
+  std::uint64_t probe_every_bytes = 32 << 20;
+  std::uint64_t stream_output_from = 8 << 20;
+  std::uint64_t stream_out_of_place_from = 2 << 20;
 };
 
 class SymmetricMemory {
@@ -110,7 +118,7 @@ class SymmetricMemory {
   // (comm/placement_probe.hpp), and streams while the CPUs are far apart.
   // Whatever it is, a large call's output (8 MiB, 2 MiB out of place) is
   // written with streaming stores.
-  enum class Stores { Auto, Cache, Stream };
+  using Stores = core::StagedStores;
   // Collective, at creation: `bytes` of staging memory per rank for
   // all_reduce_staged(); false on every rank when one could not, or when
   // one asks for none (bytes 0). `stores` is this rank's own choice, for
@@ -255,6 +263,11 @@ class SymmetricMemory {
   // Auto, sets streaming_ when the bounce tells.
   template <class Meet>
   void probe_placement(Meet&& meet, Clock::time_point deadline, const RunLabel& label);
+  // Whether an all-reduce of `bytes` writes its output with streaming
+  // stores (its own chunk, folded aside block by block, and the peers').
+  bool streams_output(std::uint64_t bytes, bool in_place) const {
+    return bytes >= (in_place ? setup_.stream_output_from : setup_.stream_out_of_place_from);
+  }
   // memcpy, or core::stream_copy while streaming_: for what peers read.
   void copy_for_peers(void* to, const void* from, std::size_t bytes) const;
   int failed_peer_ = -1;

@@ -121,11 +121,11 @@ std::int64_t parse_auto_size(std::string_view variable, std::string_view text, s
   return static_cast<std::int64_t>(bytes);
 }
 
-Env::StagedStores parse_staged_stores(std::string_view variable, std::string_view text) {
+StagedStores parse_staged_stores(std::string_view variable, std::string_view text) {
   const std::string value = trim_lower(text);
-  if (value == "auto") return Env::StagedStores::Auto;
-  if (value == "cache") return Env::StagedStores::Cache;
-  if (value == "stream") return Env::StagedStores::Stream;
+  if (value == "auto") return StagedStores::Auto;
+  if (value == "cache") return StagedStores::Cache;
+  if (value == "stream") return StagedStores::Stream;
   KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text, "' is not accepted; expected auto, cache or stream");
 }
 
@@ -198,12 +198,12 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   }
   if (auto v = lookup("KIZUNA_ALGO")) {
     const std::string value = trim_lower(*v);
-    if (value == "auto") env.algo = Algo::Auto;
-    else if (value == "ring") env.algo = Algo::Ring;
-    else if (value == "tree") env.algo = Algo::Tree;
-    else if (value == "oneshot") env.algo = Algo::OneShot;
-    else if (value == "twoshot") env.algo = Algo::TwoShot;
-    else if (value == "doubling") env.algo = Algo::Doubling;
+    if (value == "auto") env.algo = Algorithm::Auto;
+    else if (value == "ring") env.algo = Algorithm::Ring;
+    else if (value == "tree") env.algo = Algorithm::Tree;
+    else if (value == "oneshot") env.algo = Algorithm::OneShot;
+    else if (value == "twoshot") env.algo = Algorithm::TwoShot;
+    else if (value == "doubling") env.algo = Algorithm::Doubling;
     else
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_ALGO='", *v,
                    "' is not an algorithm; accepted: auto, ring, tree, oneshot, twoshot, doubling");

@@ -22,9 +22,16 @@
 #include <utility>
 #include <vector>
 
+#include <kizuna/comm_options.hpp>
+
 #include "core/log.hpp"
 
 namespace kizuna::core {
+
+// How the staged all-reduce and the symmetric one write what peers read
+// (comm/symmetric.hpp): as the placement probe says, through the caches,
+// or with streaming stores.
+enum class StagedStores { Auto, Cache, Stream };
 
 struct Env {
   // Returns the value of a variable, or nullopt when it is unset.
@@ -40,20 +47,16 @@ struct Env {
   std::string store_prefix;                            // KIZUNA_STORE_PREFIX ("" = none)
   // KIZUNA_STORE (host:port) is read with the launcher variables, in core/launch_env.
 
-  enum class Algo { Auto, Ring, Tree, OneShot, TwoShot, Doubling };
-  Algo algo = Algo::Auto;                              // KIZUNA_ALGO
+  Algorithm algo = Algorithm::Auto;                    // KIZUNA_ALGO
   std::uint64_t slice_bytes = 512 << 10;               // KIZUNA_SLICE_BYTES
   bool check = false;                                  // KIZUNA_CHECK
   std::string socket_ifname;                           // KIZUNA_SOCKET_IFNAME
-  enum class Transport { Auto, Tcp, Shm };
   Transport transport = Transport::Auto;               // KIZUNA_TRANSPORT
   std::uint64_t shm_bytes = 1 << 20;                   // KIZUNA_SHM_BYTES (per channel)
   std::int64_t symmetric_from = -1;                    // KIZUNA_SYMMETRIC_FROM (-1: auto)
   std::int64_t mailbox_upto = -1;                      // KIZUNA_MAILBOX_UPTO (-1: auto)
   std::int64_t staging_bytes = -1;                     // KIZUNA_STAGING_BYTES (-1: auto)
   std::int64_t staged_from = -1;                       // KIZUNA_STAGED_FROM (-1: auto)
-  // How the staged all-reduce writes its staging memory (comm/symmetric.hpp).
-  enum class StagedStores { Auto, Cache, Stream };
   StagedStores staged_stores = StagedStores::Auto;     // KIZUNA_STAGED_STORES
   // "auto", "system" or a kernel congestion control name (transport/tcp/congestion.hpp).
   std::string tcp_congestion = "auto";                 // KIZUNA_TCP_CONGESTION
@@ -90,7 +93,7 @@ std::pair<std::string, int> parse_device(std::string_view variable, std::string_
 
 // "auto", "cache", "stream" (any case) -> the staged all-reduce's stores;
 // InvalidArgument naming `variable` otherwise.
-Env::StagedStores parse_staged_stores(std::string_view variable, std::string_view text);
+StagedStores parse_staged_stores(std::string_view variable, std::string_view text);
 
 // Value parsers shared with the tools. Each throws InvalidArgument naming
 // `variable` (an env var or a flag) and what it accepts.

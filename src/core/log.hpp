@@ -2,7 +2,7 @@
 //
 //   KIZUNA_LOG(Warn) << "peer " << rank << " refused: " << reason;
 //
-// Each line is "2026-11-29 15:04:05.123 kizuna[r3] W message": wall time,
+// Each line is "YYYY-MM-DD HH:MM:SS.mmm kizuna[r3] W message": wall time,
 // the rank once set_log_rank() knows it, and the level letter. A line is
 // formatted in the calling thread and written with one write(2), so lines
 // from threads and processes never interleave mid-line. The threshold comes

@@ -73,6 +73,7 @@ HeaderBytes encode_header(const FrameHeader& h) {
   b[4] = static_cast<unsigned char>(h.kind);
   put<std::uint64_t>(b.data() + 8, h.tag.seq);
   put<std::uint32_t>(b.data() + 16, h.tag.index);
+  put<std::uint32_t>(b.data() + 20, h.tag.call);
   put<std::uint64_t>(b.data() + 24, h.bytes);
   return b;
 }
@@ -88,6 +89,7 @@ FrameHeader decode_header(const unsigned char* b) {
   h.kind = static_cast<FrameKind>(kind);
   h.tag.seq = get<std::uint64_t>(b + 8);
   h.tag.index = get<std::uint32_t>(b + 16);
+  h.tag.call = get<std::uint32_t>(b + 20);
   h.bytes = get<std::uint64_t>(b + 24);
   if (h.bytes > kMaxPayloadBytes || (h.kind == FrameKind::Abort && h.bytes > 9 + kMaxAbortText))
     KIZUNA_THROW(ErrorCode::Mismatch, "corrupt stream: frame of ", h.bytes, " bytes");

@@ -10,7 +10,7 @@
 //
 // Frame header (32 bytes), then `bytes` of payload:
 //   0  u32 magic 'KZFR' (0x52465a4b)   4  u8 kind (1 data, 2 abort)   5..7 zero
-//   8  u64 collective sequence        16  u32 message index   20  u32 zero
+//   8  u64 collective sequence        16  u32 message index   20  u32 call code
 //  24  u64 payload bytes
 // An abort payload: i32 origin, i32 lost rank, u8 error code, then the
 // message text (at most kMaxAbortText bytes).
@@ -32,7 +32,7 @@ namespace kizuna::transport {
 
 inline constexpr std::uint32_t kHelloMagic = 0x53485a4bu;  // "KZHS"
 inline constexpr std::uint32_t kFrameMagic = 0x52465a4bu;  // "KZFR"
-inline constexpr std::uint16_t kWireVersion = 1;
+inline constexpr std::uint16_t kWireVersion = 2;
 inline constexpr std::size_t kHelloBytes = 32;
 inline constexpr std::size_t kFrameHeaderBytes = 32;
 inline constexpr std::size_t kMaxAbortText = 4096;

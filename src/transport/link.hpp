@@ -37,10 +37,14 @@
 namespace kizuna::transport {
 
 // Identifies a message within a communicator: the collective's sequence
-// number and the message's index on this link within that collective.
+// number, the message's index on this link within that collective, and a
+// code for the call it belongs to (the communicator's; 0 for none), so that
+// a message of another call is a Mismatch even where sequence, index and
+// size agree.
 struct MessageTag {
   std::uint64_t seq = 0;
   std::uint32_t index = 0;
+  std::uint32_t call = 0;
   bool operator==(const MessageTag&) const = default;
 };
 
@@ -106,6 +110,9 @@ class Link {
 
   // The notice this link received, once a receive has failed with it.
   const AbortNotice* received_abort() const { return received_abort_ ? &*received_abort_ : nullptr; }
+  // The call code of the message that failed a receive with Mismatch when
+  // that code was not the one expected, for the caller to name the call.
+  std::optional<std::uint32_t> mismatched_call() const { return mismatched_call_; }
 
   // Stops the link for good: pending and later operations fail. Unlike the
   // rest of the interface, safe to call from any thread (abort() does).
@@ -116,6 +123,12 @@ class Link {
   int peer_;
   std::uint64_t posted_ = 0;
   std::optional<AbortNotice> received_abort_;
+  std::optional<std::uint32_t> mismatched_call_;
+
+  // Throws Mismatch when `got` (a message of `got_bytes`) is not the
+  // message `expected` (of `expected_bytes`), the same way on every link.
+  void check_message(const MessageTag& got, std::uint64_t got_bytes, const MessageTag& expected,
+                     std::uint64_t expected_bytes);
 };
 
 }  // namespace kizuna::transport

@@ -32,8 +32,8 @@
 namespace kizuna::transport::shm {
 
 inline constexpr std::uint64_t kSegmentMagic = 0x4d48535a4b5a4b31ull;  // "1KZKZSHM"
-inline constexpr std::uint32_t kSegmentVersion = 3;
-inline constexpr std::size_t kInlineBytes = 28;
+inline constexpr std::uint32_t kSegmentVersion = 4;
+inline constexpr std::size_t kInlineBytes = 24;
 // The most payload one channel's slots may hold (KIZUNA_SHM_BYTES's bound).
 inline constexpr std::uint64_t kMaxChannelBytes = 1ull << 30;
 
@@ -69,6 +69,7 @@ struct alignas(64) SlotHeader {
   std::uint32_t index;          // message tag: index on this link
   std::uint32_t slot_bytes;     // payload bytes in this slot
   std::uint32_t ready;          // the slot's number once published (std::atomic_ref)
+  std::uint32_t call;           // message tag: the call's code
   std::uint8_t inline_data[kInlineBytes];
 };
 

@@ -222,6 +222,7 @@ class ShmLink final : public Link {
       const std::size_t n = std::min(slot_bytes, p.bytes - p.done);
       h->seq = p.tag.seq;
       h->index = p.tag.index;
+      h->call = p.tag.call;
       h->slot_bytes = static_cast<std::uint32_t>(n);
       h->message_bytes = p.bytes;
       h->offset = p.done;
@@ -266,11 +267,7 @@ class ShmLink final : public Link {
         break;
       }
       if (!started_) {
-        if (h->seq != expect_.seq || h->index != expect_.index || h->message_bytes != sink_.bytes)
-          KIZUNA_THROW(ErrorCode::Mismatch, "rank ", peer_, " sent message #", h->index,
-                       " of collective #", h->seq, " (", h->message_bytes, " bytes) where message #",
-                       expect_.index, " of collective #", expect_.seq, " (", sink_.bytes,
-                       " bytes) was expected: the ranks are not running the same collectives");
+        check_message({h->seq, h->index, h->call}, h->message_bytes, expect_, sink_.bytes);
         started_ = true;
       }
       if (h->offset != received_)

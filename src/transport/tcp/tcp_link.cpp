@@ -318,11 +318,7 @@ class TcpLink final : public Link {
       if (abort_got_) std::memcpy(abort_in_.data(), target, abort_got_);
       return;
     }
-    if (!(h.tag == expect_) || h.bytes != sink_.bytes)
-      KIZUNA_THROW(ErrorCode::Mismatch, "rank ", peer_, " sent message #", h.tag.index,
-                   " of collective #", h.tag.seq, " (", h.bytes, " bytes) where message #",
-                   expect_.index, " of collective #", expect_.seq, " (", sink_.bytes,
-                   " bytes) was expected: the ranks are not running the same collectives");
+    check_message(h.tag, h.bytes, expect_, sink_.bytes);
   }
 
   // The peer closed while we were sending to it. If it failed first, it

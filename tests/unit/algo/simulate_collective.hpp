@@ -25,13 +25,14 @@ struct SimCase {
   bool in_place = false;
   int root = 0;
   std::vector<int> node_of;  // empty: one node
+  bool confirm = false;      // broadcast and reduce confirm their one-way edges
 };
 
 inline std::string describe(const SimCase& c) {
   std::ostringstream out;
   out << name(c.collective) << " " << name(c.algorithm) << " world " << c.world << " count "
       << c.count << " " << name(c.dtype) << " " << name(c.op) << " slice " << c.slice_bytes
-      << (c.in_place ? " in-place" : " out-of-place") << " root " << c.root;
+      << (c.in_place ? " in-place" : " out-of-place") << " root " << c.root << (c.confirm ? " confirmed" : "");
   if (!c.node_of.empty()) {
     out << " nodes";
     for (int n : c.node_of) out << " " << n;
@@ -56,6 +57,7 @@ inline std::string simulate_and_check(const SimCase& c) {
     req.elem_size = elem;
     req.slice_bytes = c.slice_bytes;
     req.node_of = c.node_of;
+    req.confirm = c.confirm;
     schedules.push_back(algo::make_schedule(req));
   }
   // Storage per rank, big enough for both buffers; in place they share it.

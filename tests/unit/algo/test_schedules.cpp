@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <set>
 
 #include "simulate_collective.hpp"
 
@@ -43,6 +44,48 @@ TEST_CASE("every schedule is correct on the simulator for worlds 1..33", "[sched
             const std::string wrong = simulate_and_check(c);
             if (!wrong.empty()) FAIL(describe(c) << ": " << wrong);
           }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("broadcast and reduce that confirm their one-way edges stay correct, and no rank only sends", "[schedule]") {
+  const int world = GENERATE(range(1, 34));
+  for (Collective coll : {Collective::Broadcast, Collective::Reduce}) {
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Tree}) {
+      for (std::uint64_t count : {0, 1, 13, 1009}) {
+        SimCase c;
+        c.collective = coll;
+        c.algorithm = algo;
+        c.world = world;
+        c.count = count;
+        c.dtype = DataType::Int32;
+        c.root = (world * 2) / 3;
+        c.slice_bytes = 16;
+        c.confirm = true;
+        const std::string wrong = simulate_and_check(c);
+        if (!wrong.empty()) FAIL(describe(c) << ": " << wrong);
+        if (world == 1 || count == 0) continue;
+        for (int r = 0; r < world; ++r) {
+          algo::ScheduleRequest req;
+          req.collective = coll;
+          req.algorithm = algo;
+          req.world_size = world;
+          req.rank = r;
+          req.root = c.root;
+          req.count = count;
+          req.elem_size = 4;
+          req.slice_bytes = 16;
+          req.confirm = true;
+          const algo::RankSchedule s = algo::make_schedule(req);
+          std::set<int> sent, received;
+          for (const algo::Step& step : s.steps) {
+            if (step.sends()) sent.insert(step.send_peer);
+            if (step.receives()) received.insert(step.recv_peer);
+          }
+          INFO(describe(c) << ", rank " << r);
+          CHECK(sent == received);  // every edge goes both ways
         }
       }
     }

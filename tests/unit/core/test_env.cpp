@@ -131,12 +131,12 @@ TEST_CASE("docs/env.md lists every variable Env reads", "[env]") {
 TEST_CASE("KIZUNA_STORE_TOKEN, KIZUNA_ALGO, KIZUNA_SLICE_BYTES, KIZUNA_CHECK, KIZUNA_SOCKET_IFNAME",
           "[env]") {
   CHECK(parse({{"KIZUNA_STORE_TOKEN", "s3cret"}}).store_token == "s3cret");
-  CHECK(parse({}).algo == Env::Algo::Auto);
-  CHECK(parse({{"KIZUNA_ALGO", "ring"}}).algo == Env::Algo::Ring);
-  CHECK(parse({{"KIZUNA_ALGO", "Tree"}}).algo == Env::Algo::Tree);
-  CHECK(parse({{"KIZUNA_ALGO", "oneshot"}}).algo == Env::Algo::OneShot);
-  CHECK(parse({{"KIZUNA_ALGO", "twoshot"}}).algo == Env::Algo::TwoShot);
-  CHECK(parse({{"KIZUNA_ALGO", "doubling"}}).algo == Env::Algo::Doubling);
+  CHECK(parse({}).algo == Algorithm::Auto);
+  CHECK(parse({{"KIZUNA_ALGO", "ring"}}).algo == Algorithm::Ring);
+  CHECK(parse({{"KIZUNA_ALGO", "Tree"}}).algo == Algorithm::Tree);
+  CHECK(parse({{"KIZUNA_ALGO", "oneshot"}}).algo == Algorithm::OneShot);
+  CHECK(parse({{"KIZUNA_ALGO", "twoshot"}}).algo == Algorithm::TwoShot);
+  CHECK(parse({{"KIZUNA_ALGO", "doubling"}}).algo == Algorithm::Doubling);
   CHECK(error_of({{"KIZUNA_ALGO", "butterfly"}}).find("accepted: auto, ring, tree, oneshot, twoshot, doubling") !=
         std::string::npos);
   CHECK(parse({}).slice_bytes == 512 * 1024);
@@ -152,9 +152,9 @@ TEST_CASE("KIZUNA_STORE_TOKEN, KIZUNA_ALGO, KIZUNA_SLICE_BYTES, KIZUNA_CHECK, KI
 }
 
 TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US, KIZUNA_YIELD_US", "[env]") {
-  CHECK(parse({}).transport == Env::Transport::Auto);
-  CHECK(parse({{"KIZUNA_TRANSPORT", "shm"}}).transport == Env::Transport::Shm);
-  CHECK(parse({{"KIZUNA_TRANSPORT", "TCP"}}).transport == Env::Transport::Tcp);
+  CHECK(parse({}).transport == Transport::Auto);
+  CHECK(parse({{"KIZUNA_TRANSPORT", "shm"}}).transport == Transport::Shm);
+  CHECK(parse({{"KIZUNA_TRANSPORT", "TCP"}}).transport == Transport::Tcp);
   CHECK(error_of({{"KIZUNA_TRANSPORT", "rdma"}}).find("accepted: auto, tcp, shm") != std::string::npos);
   CHECK(parse({}).shm_bytes == 1 << 20);
   CHECK(parse({{"KIZUNA_SHM_BYTES", "4M"}}).shm_bytes == 4 << 20);
@@ -188,10 +188,10 @@ TEST_CASE("KIZUNA_STAGED_FROM and KIZUNA_STAGING_BYTES", "[env]") {
 }
 
 TEST_CASE("KIZUNA_STAGED_STORES", "[env]") {
-  CHECK(parse({}).staged_stores == Env::StagedStores::Auto);
-  CHECK(parse({{"KIZUNA_STAGED_STORES", "auto"}}).staged_stores == Env::StagedStores::Auto);
-  CHECK(parse({{"KIZUNA_STAGED_STORES", "Cache"}}).staged_stores == Env::StagedStores::Cache);
-  CHECK(parse({{"KIZUNA_STAGED_STORES", " stream "}}).staged_stores == Env::StagedStores::Stream);
+  CHECK(parse({}).staged_stores == StagedStores::Auto);
+  CHECK(parse({{"KIZUNA_STAGED_STORES", "auto"}}).staged_stores == StagedStores::Auto);
+  CHECK(parse({{"KIZUNA_STAGED_STORES", "Cache"}}).staged_stores == StagedStores::Cache);
+  CHECK(parse({{"KIZUNA_STAGED_STORES", " stream "}}).staged_stores == StagedStores::Stream);
   CHECK(error_of({{"KIZUNA_STAGED_STORES", "nt"}}).find("KIZUNA_STAGED_STORES") != std::string::npos);
 }
 

@@ -1,0 +1,164 @@
+#include "comm/tuning.hpp"
+
+#include <sstream>
+
+#include "comm/mailbox.hpp"
+#include "core/check.hpp"
+
+namespace kizuna::comm {
+namespace {
+
+template <class T>
+std::optional<std::size_t> size_or_auto(const std::optional<T>& option, std::int64_t variable) {
+  if (option) return static_cast<std::size_t>(*option);
+  if (variable >= 0) return static_cast<std::size_t>(variable);
+  return std::nullopt;
+}
+
+std::optional<int> int_or_auto(int variable) {
+  return variable >= 0 ? std::optional<int>(variable) : std::nullopt;
+}
+
+std::string bytes_text(std::uint64_t bytes) {
+  if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0) return std::to_string(bytes >> 30) + " GiB";
+  if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1ull << 10) && bytes % (1ull << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+std::string_view stores_text(core::StagedStores stores) {
+  switch (stores) {
+    case core::StagedStores::Auto: return "auto";
+    case core::StagedStores::Cache: return "cache";
+    case core::StagedStores::Stream: return "stream";
+  }
+  return "?";
+}
+
+std::string_view algorithm_text(Algorithm a) {
+  switch (a) {
+    case Algorithm::Auto: return "auto";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Tree: return "tree";
+    case Algorithm::OneShot: return "oneshot";
+    case Algorithm::TwoShot: return "twoshot";
+    case Algorithm::Doubling: return "doubling";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Settings settings_from(const CommOptions& options, const core::Env& env) {
+  KIZUNA_CHECK_ARG(!options.mailbox_upto || *options.mailbox_upto <= Mailbox::capacity(),
+                   "CommOptions.mailbox_upto = ", options.mailbox_upto.value_or(0), " is over the mailboxes' ",
+                   Mailbox::capacity(), " bytes");
+  Settings s;
+  s.algorithm = options.algorithm != Algorithm::Auto ? options.algorithm : env.algo;
+  s.transport = options.transport != Transport::Auto ? options.transport : env.transport;
+  s.slice_bytes = options.slice_bytes ? options.slice_bytes : env.slice_bytes;
+  s.check = options.check.value_or(env.check);
+  s.timeout = options.timeout.count() > 0 ? options.timeout : env.timeout;
+  s.symmetric_from = size_or_auto(options.symmetric_from, env.symmetric_from);
+  s.staged_from = size_or_auto(options.staged_from, env.staged_from);
+  s.mailbox_upto = size_or_auto(options.mailbox_upto, env.mailbox_upto);
+  s.staging_bytes = size_or_auto(std::optional<std::size_t>(), env.staging_bytes);
+  s.stores = options.staged_stores.empty()
+                 ? env.staged_stores
+                 : core::parse_staged_stores("CommOptions.staged_stores", options.staged_stores);
+  s.spin_us = int_or_auto(env.spin_us);
+  s.yield_us = int_or_auto(env.yield_us);
+  return s;
+}
+
+Tuning make_tuning(const Settings& s, const Facts& f) {
+  Tuning t;
+  t.shared_memory = s.transport != Transport::Tcp;
+  t.single_host = f.nodes == 1;
+  t.hierarchical = t.shared_memory && f.nodes > 1;
+  t.oversubscribed = f.local_ranks > f.cores;
+  t.algorithm = s.algorithm;
+  t.slice_bytes = s.slice_bytes;
+  t.check = s.check;
+  t.timeout = s.timeout;
+
+  // docs/tuning.md#link-model
+  if (t.shared_memory && t.single_host)
+    t.link = algo::LinkModel{t.oversubscribed ? 15.0 : 2.0, 1.0 / 8000.0};
+  else if (t.single_host)
+    t.link.message_us = 10.0;
+  // docs/tuning.md#large-all-reduce-over-tcp: a measured crossover the
+  // alpha-beta terms cannot express.
+  if (!t.shared_memory && t.single_host && t.oversubscribed && f.world > 2) {
+    const bool bbr = f.tcp_congestion == "bbr";
+    t.link.large_all_reduce_from = bbr ? 1 << 20 : 512 << 10;
+    t.link.large_all_reduce = bbr ? algo::Algorithm::Tree : algo::Algorithm::Ring;
+  }
+
+  // docs/tuning.md#spin-and-yield: with more ranks than cores a waiting
+  // rank yields its core at once, to the peer it may be waiting for.
+  t.spin = std::chrono::microseconds(s.spin_us.value_or(t.oversubscribed ? 0 : 200));
+  t.yield = std::chrono::microseconds(s.yield_us.value_or(t.oversubscribed ? 1000 : 50));
+  t.light_rings = t.spin.count() > 0 && f.asymmetric_fence;
+
+  // Symmetric memory, the mailboxes and the staging memory exist on one
+  // node whose ranks share memory (docs/tuning.md#symmetric-from and on).
+  t.node_memory = t.single_host && f.world > 1 && t.shared_memory;
+  if (t.node_memory) {
+    t.mailbox_upto = s.mailbox_upto.value_or(f.mailbox_capacity);
+    t.symmetric_from = s.symmetric_from.value_or(t.oversubscribed ? 64 << 10 : 512 << 10);
+    t.staged_from = s.staged_from.value_or(64 << 10);
+    // Only for the case measured: 2 ranks, each on a core of its own (the
+    // one pair the probe bounces is then every pair).
+    if (!s.staged_from && !t.oversubscribed && f.world == 2) t.staged_near_from = 256 << 10;
+    t.staging_bytes = s.staging_bytes.value_or(512 << 10);
+  }
+
+  // docs/tuning.md#streaming-stores: with more ranks than cores a probe
+  // may find no two ranks running at once, so they stream until told.
+  t.stores = s.stores;
+  t.stream_until_probed = t.oversubscribed;
+  t.slots_stream = s.stores == core::StagedStores::Stream ||
+                   (s.stores == core::StagedStores::Auto && t.oversubscribed);
+  t.slots_follow_probe = t.node_memory && s.stores == core::StagedStores::Auto && !t.oversubscribed;
+  return t;
+}
+
+std::string Tuning::describe() const {
+  std::ostringstream out;
+  out << "tuning (docs/tuning.md):\n";
+  out << "  machine      " << (single_host ? "one node" : "several nodes")
+      << (oversubscribed ? ", more ranks than cores" : ", a core per rank")
+      << (shared_memory ? ", shared memory within a node" : ", TCP only") << (hierarchical ? ", hierarchical" : "")
+      << "\n";
+  out << "  algorithm    " << algorithm_text(algorithm) << "; link " << link.alpha_us << " us a round, "
+      << 1e-3 / link.beta_us_per_byte << " GB/s, " << link.message_us << " us a further message";
+  if (link.large_all_reduce_from != UINT64_MAX)
+    out << "; " << algo::name(link.large_all_reduce) << " from " << bytes_text(link.large_all_reduce_from);
+  out << "; slices of " << bytes_text(slice_bytes) << "\n";
+  if (node_memory) {
+    out << "  mailbox      up to " << bytes_text(mailbox_upto) << "\n";
+    out << "  symmetric    from " << bytes_text(symmetric_from) << "\n";
+    out << "  staged       from " << bytes_text(staged_from);
+    if (staged_near_from > 0) out << ", through the slots below " << bytes_text(staged_near_from) << " while near";
+    out << "; " << bytes_text(staging_bytes) << " of staging\n";
+  } else {
+    out << "  mailbox, symmetric, staged: none (not one node sharing memory)\n";
+  }
+  out << "  stores       " << stores_text(stores) << (stream_until_probed ? ", streaming until probed" : "")
+      << "; slots " << (slots_follow_probe ? "as probed" : slots_stream ? "streaming" : "through the caches")
+      << "; probe every " << probe_every_calls << " calls or " << bytes_text(probe_every_bytes)
+      << "; outputs stream from " << bytes_text(stream_output_from) << " (" << bytes_text(stream_out_of_place_from)
+      << " out of place)\n";
+  out << "  waiting      spin " << spin.count() << " us, yield " << yield.count() << " us"
+      << (light_rings ? ", light rings" : "") << "\n";
+  out << "  direct       up to " << bytes_text(direct_bytes) << ", grace " << inline_grace.count() << " us, "
+      << exec_tries << " tries; worker naps " << worker_nap.count() << " us while calls come within "
+      << awake.count() << " ms\n";
+  out << "  device       parts of " << bytes_text(direct_part_bytes) << " GPU to GPU, " << bytes_text(staged_part_bytes)
+      << " staged (at most " << staged_parts << ")\n";
+  out << "  deadlines    " << timeout.count() << " ms a call" << (check ? "; KIZUNA_CHECK on" : "");
+  return out.str();
+}
+
+}  // namespace kizuna::comm
