@@ -203,8 +203,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   bool execute(Task& t, Clock::duration patience);
   void verify_fingerprints(const Task& t, Clock::time_point deadline, comm::RunLabel what);
   bool run_mailbox(Task& t, Clock::duration patience);
-  void run_symmetric(Task& t, Clock::time_point deadline);
-  bool run_schedule(Task& t, Clock::time_point deadline, Clock::duration patience);
+  bool run_symmetric(Task& t);
+  bool run_schedule(Task& t, Clock::duration patience);
   void run_p2p(Task& t, Clock::time_point deadline);
   void finish_collective(const Task& t);
   algo::Algorithm choose(const comm::Call& call) const;

@@ -87,30 +87,30 @@ bool Communicator::Impl::run_task(Task& t, Clock::duration patience) {
 
 // False when it yielded after `patience` (t.running: resume it).
 bool Communicator::Impl::execute(Task& t, Clock::duration patience) {
+  bool done = false;
   if (t.running) {
-    if (t.route == comm::Route::Mailbox) return run_mailbox(t, patience);
-    if (!executor->resume(t.label, patience)) return false;
-    finish_collective(t);
-    return true;
+    done = t.route == comm::Route::Mailbox ? run_mailbox(t, patience) : executor->resume(t.label, patience);
+  } else {
+    t.deadline = core::coarse_now() + tuning.timeout;
+    if (t.call.kind != comm::CallKind::Collective) {
+      run_p2p(t, t.deadline);
+      return true;
+    }
+    // The common pre-step: every rank's call compared before any route meets.
+    if (tuning.check) verify_fingerprints(t, t.deadline, label(t, ""));
+    t.route = route_for(t);
+    // A peer that waits at its mailbox for this call sees it is elsewhere.
+    if (mailbox && t.route != comm::Route::Mailbox)
+      mailbox->announce(t.seq, static_cast<std::uint32_t>(t.call.collective), t.call.count);
+    switch (t.route) {
+      case comm::Route::Mailbox: done = run_mailbox(t, patience); break;
+      case comm::Route::Symmetric:
+      case comm::Route::Staged: done = run_symmetric(t); break;
+      default: done = run_schedule(t, patience); break;
+    }
   }
-  const auto deadline = core::coarse_now() + tuning.timeout;
-  t.deadline = deadline;
-  if (t.call.kind != comm::CallKind::Collective) {
-    run_p2p(t, deadline);
-    return true;
-  }
-  // The common pre-step: every rank's call compared before any route meets.
-  if (tuning.check) verify_fingerprints(t, deadline, label(t, ""));
-  t.route = route_for(t);
-  // A peer that waits at its mailbox for this call sees it is elsewhere.
-  if (mailbox && t.route != comm::Route::Mailbox)
-    mailbox->announce(t.seq, static_cast<std::uint32_t>(t.call.collective), t.call.count);
-  switch (t.route) {
-    case comm::Route::Mailbox: return run_mailbox(t, patience);
-    case comm::Route::Symmetric:
-    case comm::Route::Staged: run_symmetric(t, deadline); return true;
-    default: return run_schedule(t, deadline, patience);
-  }
+  if (done) finish_collective(t);
+  return done;
 }
 
 // KIZUNA_CHECK=1: all-gather every rank's fingerprint of this call and
@@ -148,30 +148,27 @@ bool Communicator::Impl::run_mailbox(Task& t, Clock::duration patience) {
     live.begin(t.seq, 1);
     t.running = true;
   }
-  if (!mailbox->run({c.collective, c.send, c.recv, c.count, c.dtype, c.op, t.seq}, t.deadline, t.label, patience))
-    return false;
-  finish_collective(t);
-  return true;
+  return mailbox->run({c.collective, c.send, c.recv, c.count, c.dtype, c.op, t.seq}, t.deadline, t.label, patience);
 }
 
-void Communicator::Impl::run_symmetric(Task& t, Clock::time_point deadline) {
+bool Communicator::Impl::run_symmetric(Task& t) {
   const comm::Call& c = t.call;
   const bool staged = t.route == comm::Route::Staged;
   t.label = label(t, comm::name(t.route));
   const comm::SymmetricMemory::Call call{c.send, c.recv, c.count, c.dtype, c.op, t.seq};
   if (staged) {
     history.started(t.history_id, comm::name(t.route), symmetric->staged_meetings(c.bytes(), size_of(c.dtype)));
-    symmetric->all_reduce_staged(call, deadline, t.label);
+    symmetric->all_reduce_staged(call, t.deadline, t.label);
   } else {
     history.started(t.history_id, comm::name(t.route), symmetric->symmetric_meetings());
-    const bool ran = symmetric->all_reduce(call, deadline, t.label);
+    const bool ran = symmetric->all_reduce(call, t.deadline, t.label);
     KIZUNA_CHECK(ran, t.label.str(), ": its buffers are no longer symmetric memory");
   }
-  finish_collective(t);
+  return true;
 }
 
 // False when the executor yielded after `patience` (t.running: resume it).
-bool Communicator::Impl::run_schedule(Task& t, Clock::time_point deadline, Clock::duration patience) {
+bool Communicator::Impl::run_schedule(Task& t, Clock::duration patience) {
   const comm::Call& c = t.call;
   const std::size_t elem = size_of(c.dtype);
   Plan& p = last_plan;
@@ -182,21 +179,19 @@ bool Communicator::Impl::run_schedule(Task& t, Clock::time_point deadline, Clock
   t.label = label(t, algo::name(p.algorithm));
   // The slots write as the placement probe last told: a call over them
   // counts towards the next probe, and holds it first when one is due.
-  if (symmetric) symmetric->before_slot_call(c.bytes(), t.seq, deadline, t.label);
+  if (symmetric) symmetric->before_slot_call(c.bytes(), t.seq, t.deadline, t.label);
   const algo::RankSchedule& schedule = *p.schedule;
   history.started(t.history_id, algo::name(schedule.algorithm), static_cast<std::uint32_t>(schedule.steps.size()));
   if (scratch.size() < schedule.scratch_count * elem) scratch.resize(schedule.scratch_count * elem);  // zeroed: pre-faulted
   t.running = true;
   const comm::CallTag tag{t.seq, comm::message_code(c)};
-  if (!executor->start(schedule, {c.send, c.recv, scratch.data()}, c.dtype, c.op, tag, deadline, t.label, patience)) {
-    // Left part-run: the task keeps its schedule alive until it ends.
-    // (Taken only now: copying a shared_ptr is a locked instruction,
-    // which would wait for the messages just published to leave.)
-    t.schedule = p.schedule;
-    return false;
-  }
-  finish_collective(t);
-  return true;
+  if (executor->start(schedule, {c.send, c.recv, scratch.data()}, c.dtype, c.op, tag, t.deadline, t.label, patience))
+    return true;
+  // Left part-run: the task keeps its schedule alive until it ends. (Taken
+  // only now: copying a shared_ptr is a locked instruction, which would
+  // wait for the messages just published to leave.)
+  t.schedule = p.schedule;
+  return false;
 }
 
 void Communicator::Impl::run_p2p(Task& t, Clock::time_point deadline) {
@@ -246,8 +241,7 @@ algo::Algorithm Communicator::Impl::choose(const comm::Call& c) const {
 }
 
 // The schedule request of `call` run with `a` over `count` of its elements
-// (all of them, or one part of a device call). The host's schedules of a
-// broadcast or a reduce confirm their one-way edges (algo::ScheduleRequest).
+// (all of them, or one part of a device call).
 algo::ScheduleRequest Communicator::Impl::request_for(const comm::Call& c, algo::Algorithm a, std::uint64_t count) const {
   algo::ScheduleRequest req;
   req.collective = c.collective;
@@ -268,6 +262,9 @@ Communicator::Impl::ScheduleKey Communicator::Impl::schedule_key(const algo::Sch
           req.count, req.elem_size};
 }
 
+// The host's schedule of `request`, cached. Its broadcasts and reduces
+// confirm their one-way edges (algo::ScheduleRequest::confirm), so that a
+// mismatched call fails on every rank.
 std::shared_ptr<const algo::RankSchedule> Communicator::Impl::schedule_for(const algo::ScheduleRequest& request) {
   algo::ScheduleRequest req = request;
   req.confirm = true;

@@ -26,26 +26,9 @@ std::string bytes_text(std::uint64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
-std::string_view stores_text(core::StagedStores stores) {
-  switch (stores) {
-    case core::StagedStores::Auto: return "auto";
-    case core::StagedStores::Cache: return "cache";
-    case core::StagedStores::Stream: return "stream";
-  }
-  return "?";
-}
-
-std::string_view algorithm_text(Algorithm a) {
-  switch (a) {
-    case Algorithm::Auto: return "auto";
-    case Algorithm::Ring: return "ring";
-    case Algorithm::Tree: return "tree";
-    case Algorithm::OneShot: return "oneshot";
-    case Algorithm::TwoShot: return "twoshot";
-    case Algorithm::Doubling: return "doubling";
-  }
-  return "?";
-}
+// Indexed by the enums' values, in their order.
+constexpr const char* kStoresText[] = {"auto", "cache", "stream"};
+constexpr const char* kAlgorithmText[] = {"auto", "ring", "tree", "oneshot", "twoshot", "doubling"};
 
 }  // namespace
 
@@ -131,7 +114,7 @@ std::string Tuning::describe() const {
       << (oversubscribed ? ", more ranks than cores" : ", a core per rank")
       << (shared_memory ? ", shared memory within a node" : ", TCP only") << (hierarchical ? ", hierarchical" : "")
       << "\n";
-  out << "  algorithm    " << algorithm_text(algorithm) << "; link " << link.alpha_us << " us a round, "
+  out << "  algorithm    " << kAlgorithmText[static_cast<int>(algorithm)] << "; link " << link.alpha_us << " us a round, "
       << 1e-3 / link.beta_us_per_byte << " GB/s, " << link.message_us << " us a further message";
   if (link.large_all_reduce_from != UINT64_MAX)
     out << "; " << algo::name(link.large_all_reduce) << " from " << bytes_text(link.large_all_reduce_from);
@@ -145,7 +128,7 @@ std::string Tuning::describe() const {
   } else {
     out << "  mailbox, symmetric, staged: none (not one node sharing memory)\n";
   }
-  out << "  stores       " << stores_text(stores) << (stream_until_probed ? ", streaming until probed" : "")
+  out << "  stores       " << kStoresText[static_cast<int>(stores)] << (stream_until_probed ? ", streaming until probed" : "")
       << "; slots " << (slots_follow_probe ? "as probed" : slots_stream ? "streaming" : "through the caches")
       << "; probe every " << probe_every_calls << " calls or " << bytes_text(probe_every_bytes)
       << "; outputs stream from " << bytes_text(stream_output_from) << " (" << bytes_text(stream_out_of_place_from)

@@ -40,26 +40,32 @@ inline std::string describe(const SimCase& c) {
   return out.str();
 }
 
-inline std::string simulate_and_check(const SimCase& c) {
-  using algo::Collective;
-  const CollectiveReference ref(c.dtype, c.op);
-  const std::size_t elem = ref.elem();
-  const int n = c.world;
+// Every rank's schedule of the case.
+inline std::vector<algo::RankSchedule> schedules_of(const SimCase& c) {
   std::vector<algo::RankSchedule> schedules;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < c.world; ++r) {
     algo::ScheduleRequest req;
     req.collective = c.collective;
     req.algorithm = c.algorithm;
-    req.world_size = n;
+    req.world_size = c.world;
     req.rank = r;
     req.root = c.root;
     req.count = c.count;
-    req.elem_size = elem;
+    req.elem_size = size_of(c.dtype);
     req.slice_bytes = c.slice_bytes;
     req.node_of = c.node_of;
     req.confirm = c.confirm;
     schedules.push_back(algo::make_schedule(req));
   }
+  return schedules;
+}
+
+inline std::string simulate_and_check(const SimCase& c) {
+  using algo::Collective;
+  const CollectiveReference ref(c.dtype, c.op);
+  const std::size_t elem = ref.elem();
+  const int n = c.world;
+  const std::vector<algo::RankSchedule> schedules = schedules_of(c);
   // Storage per rank, big enough for both buffers; in place they share it.
   std::vector<std::vector<unsigned char>> in_store(n), out_store(n);
   std::vector<algo::SimRank> bufs(n);

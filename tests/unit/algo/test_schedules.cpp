@@ -67,20 +67,10 @@ TEST_CASE("broadcast and reduce that confirm their one-way edges stay correct, a
         const std::string wrong = simulate_and_check(c);
         if (!wrong.empty()) FAIL(describe(c) << ": " << wrong);
         if (world == 1 || count == 0) continue;
+        const std::vector<algo::RankSchedule> schedules = schedules_of(c);
         for (int r = 0; r < world; ++r) {
-          algo::ScheduleRequest req;
-          req.collective = coll;
-          req.algorithm = algo;
-          req.world_size = world;
-          req.rank = r;
-          req.root = c.root;
-          req.count = count;
-          req.elem_size = 4;
-          req.slice_bytes = 16;
-          req.confirm = true;
-          const algo::RankSchedule s = algo::make_schedule(req);
           std::set<int> sent, received;
-          for (const algo::Step& step : s.steps) {
+          for (const algo::Step& step : schedules[r].steps) {
             if (step.sends()) sent.insert(step.send_peer);
             if (step.receives()) received.insert(step.recv_peer);
           }

@@ -11,45 +11,21 @@ using algo::Collective;
 
 namespace {
 
-// 2 ranks, each with a core, on one node sharing memory: every path.
-Tuning two_ranks() {
+// `world` ranks on one node of `cores` cores.
+Tuning tuning_of(int world, int cores, Settings settings = {}) {
   Facts f;
-  f.world = 2;
-  f.local_ranks = 2;
-  f.cores = 2;
+  f.world = world;
+  f.local_ranks = world;
+  f.cores = cores;
   f.mailbox_capacity = 1024;
-  return make_tuning(Settings{}, f);
+  return make_tuning(settings, f);
 }
 
-Tuning four_ranks_on_two_cores() {
-  Facts f;
-  f.world = 4;
-  f.local_ranks = 4;
-  f.cores = 2;
-  f.mailbox_capacity = 1024;
-  return make_tuning(Settings{}, f);
-}
-
-Tuning forced_ring() {
-  Facts f;
-  f.world = 2;
-  f.local_ranks = 2;
-  f.cores = 2;
-  f.mailbox_capacity = 1024;
+Settings with(Algorithm a, Transport t = Transport::Auto) {
   Settings s;
-  s.algorithm = Algorithm::Ring;
-  return make_tuning(s, f);
-}
-
-Tuning over_tcp() {
-  Facts f;
-  f.world = 2;
-  f.local_ranks = 2;
-  f.cores = 2;
-  f.mailbox_capacity = 1024;
-  Settings s;
-  s.transport = Transport::Tcp;
-  return make_tuning(s, f);
+  s.algorithm = a;
+  s.transport = t;
+  return s;
 }
 
 constexpr Paths kAll{true, true, false};
@@ -71,7 +47,8 @@ CallShape of(Collective c, std::size_t bytes) { return {CallKind::Collective, c,
 }  // namespace
 
 TEST_CASE("the route table: every call's route from its shape, buffers, placement, paths and tuning", "[comm][route]") {
-  const Tuning two = two_ranks(), four = four_ranks_on_two_cores(), ring = forced_ring(), tcp = over_tcp();
+  const Tuning two = tuning_of(2, 2), four = tuning_of(4, 2), ring = tuning_of(2, 2, with(Algorithm::Ring)),
+               tcp = tuning_of(2, 2, with(Algorithm::Auto, Transport::Tcp));
   const Placement far = Placement::Far, near = Placement::Near, unknown = Placement::Unknown;
   const Buffers host = Buffers::Host, sym = Buffers::Symmetric;
   const Row rows[] = {
@@ -120,7 +97,7 @@ TEST_CASE("the route table: every call's route from its shape, buffers, placemen
 }
 
 TEST_CASE("a caller runs its own call only on a route that never sleeps, small, without the check", "[comm][route]") {
-  Tuning t = two_ranks();
+  Tuning t = tuning_of(2, 2);
   CHECK(runs_in_caller(Route::Mailbox, 8, false, t));
   CHECK(runs_in_caller(Route::Mailbox, 8, true, t));
   CHECK(runs_in_caller(Route::Schedule, 64 << 10, false, t));

@@ -98,7 +98,7 @@ TEST_CASE("tuning: several nodes over shared memory are hierarchical, without th
   CHECK(t.link.alpha_us == algo::LinkModel{}.alpha_us);
 }
 
-TEST_CASE("tuning: settings override the defaults; a set staged threshold turns off the near rule", "[comm][tuning]") {
+TEST_CASE("tuning: settings override the defaults, and a set staged threshold turns off the near rule", "[comm][tuning]") {
   Settings s;
   s.symmetric_from = 1 << 20;
   s.staged_from = 128 << 10;
@@ -119,7 +119,7 @@ TEST_CASE("tuning: settings override the defaults; a set staged threshold turns 
   CHECK_FALSE(t.slots_follow_probe);
 }
 
-TEST_CASE("settings: an option wins over its variable; bad ones name themselves", "[comm][tuning]") {
+TEST_CASE("settings: an option wins over its variable, and bad ones name themselves", "[comm][tuning]") {
   const core::Env env = env_of({{"KIZUNA_ALGO", "tree"}, {"KIZUNA_SYMMETRIC_FROM", "1M"}, {"KIZUNA_CHECK", "1"},
                                 {"KIZUNA_STAGED_STORES", "cache"}, {"KIZUNA_SPIN_US", "3"}});
   CommOptions options;
