@@ -6,8 +6,15 @@
 #   make build     configure and build into $(BUILD)
 #   make test      build, then run every test (ctest)
 #   make demo      build, then run the main demonstration
-#   make bench     build, then run the benchmarks
+#   make bench     build, then run the benchmarks (scripts/bench.sh): raw
+#                  results and report.md in $(BUILD)/bench-results/
 #   make bench-compare  build, then kizuna vs Gloo vs Open MPI in one run
+#                  (scripts/bench_compare.sh): raw results, report.md and
+#                  plots/ in $(BUILD)/bench-compare/ (a long run)
+#   make bench-doc rewrite the generated part of docs/performance.md and the
+#                  plots in docs/plots/ from the results in
+#                  $(BUILD)/bench-compare/ (running bench-compare first
+#                  when there are none); the only target that writes docs/
 #   make test-asan   unit, multiproc and netns tests under ASan (+ leaks)
 #   make test-ubsan  the same under UndefinedBehaviorSanitizer
 #   make test-tsan   the same under ThreadSanitizer
@@ -34,7 +41,7 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 SOAK_SECONDS ?= 600
 
-.PHONY: all deps configure build test demo bench bench-compare install clean
+.PHONY: all deps configure build test demo bench bench-compare bench-doc install clean
 .PHONY: fuzz soak
 .PHONY: test-asan test-ubsan test-tsan
 
@@ -60,6 +67,10 @@ bench: build
 
 bench-compare: build
 	@scripts/bench_compare.sh $(BUILD)
+
+bench-doc:
+	@ls $(BUILD)/bench-compare/*.json >/dev/null 2>&1 || $(MAKE) bench-compare
+	@scripts/bench_compare.sh --doc $(BUILD)
 
 SANITIZE = JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) CMAKE_ARGS="$(CMAKE_ARGS)" scripts/sanitize.sh
 

@@ -2,6 +2,13 @@
 # package (find_package(kizuna) -> kizuna::kizuna) and kizuna.pc.
 include(CMakePackageConfigHelpers)
 
+# Installed programs find libkizuna without LD_LIBRARY_PATH, wherever the
+# tree is installed or moved: the tools look in the library folder relative
+# to their own ($ORIGIN/../lib), the library beside itself ($ORIGIN). The
+# build tree keeps CMake's absolute build RPATH.
+file(RELATIVE_PATH _kz_bin_to_lib /prefix/${CMAKE_INSTALL_BINDIR} /prefix/${CMAKE_INSTALL_LIBDIR})
+set_target_properties(kizuna PROPERTIES INSTALL_RPATH "$ORIGIN")
+
 install(TARGETS kizuna EXPORT kizunaTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -13,6 +20,7 @@ install(FILES ${PROJECT_BINARY_DIR}/include/kizuna/config.hpp
 
 get_property(kizuna_tools GLOBAL PROPERTY KIZUNA_TOOLS)
 if(kizuna_tools)
+  set_target_properties(${kizuna_tools} PROPERTIES INSTALL_RPATH "$ORIGIN/${_kz_bin_to_lib}")
   install(TARGETS ${kizuna_tools} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 

@@ -3,13 +3,12 @@
 #   1. bench_reduce: the host reductions (Google Benchmark).
 #   2. kizuna-perf: every collective at 2 and 4 ranks (processes), float32,
 #      4 B .. 64 MiB, BENCH_REPS runs each (default 3), every result checked;
-#      the medians go into the "kizuna-perf tables" section of
-#      docs/performance.md (bench/compare/report.py).
+#      the medians go into BENCH_OUT/report.md (bench/compare/report.py).
+# Everything it writes stays in the build directory, never in docs/.
 # Ranks are started by kizuna-run when it is built, else by
 # bench/compare/launch.sh. Knobs: BENCH_REPS, BENCH_ITERS (-n, default 20),
 # BENCH_WARMUP (-w, 5), BENCH_MAX (-e, 64M), BENCH_WORLDS ("2 4"), BENCH_OUT
-# (results folder, default BUILD_DIR/bench-results), BENCH_DOC
-# (docs/performance.md).
+# (results folder, default BUILD_DIR/bench-results).
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,5 +37,4 @@ for ((rep = 1; rep <= reps; rep++)); do
   done
 done
 cd "$root"
-/usr/bin/python3 bench/compare/report.py bench --results "$out" --doc "${BENCH_DOC:-docs/performance.md}" \
-  --command "make bench"
+/usr/bin/python3 bench/compare/report.py bench --results "$out" --doc "$out/report.md" --command "make bench"

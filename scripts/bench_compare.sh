@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # scripts/bench_compare.sh BUILD_DIR: kizuna, Gloo and Open MPI side by side,
-# in one run on this machine (issue 6), written into the "bench-compare"
-# section of docs/performance.md with PNG plots in docs/plots/.
+# in one run on this machine. The raw results, the report (report.md) and
+# its PNG plots (plots/) go to BENCH_OUT (default BUILD_DIR/bench-compare),
+# never into docs/.
+#
+# scripts/bench_compare.sh --doc BUILD_DIR (make bench-doc): measures
+# nothing; rewrites the generated "bench-compare" section of
+# docs/performance.md and the plots in docs/plots/ from the results already
+# in BENCH_OUT.
 #
 # Each repetition (BENCH_REPS, default 3) runs, for 2 and 4 ranks, every
 # configuration once, interleaved so that the machine's drift hits them all
@@ -34,18 +40,38 @@
 # Knobs: BENCH_REPS (3), BENCH_ITERS (-n from 2 KiB, 20), BENCH_WARMUP (-w
 # from 2 KiB, 5), BENCH_SMALL_ITERS (-n up to 1 KiB, 1000), BENCH_SMALL_WARMUP
 # (-w up to 1 KiB, 100), BENCH_MAX (-e, 64M), BENCH_WORLDS ("2 4"), BENCH_OUT (results folder,
-# default BUILD_DIR/bench-compare), BENCH_DOC (docs/performance.md),
-# BENCH_PLOTS (docs/plots).
+# default BUILD_DIR/bench-compare).
 set -euo pipefail
+doc=0
+if [[ ${1:-} == --doc ]]; then
+  doc=1
+  shift
+fi
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$build" && pwd)
+out=${BENCH_OUT:-$build/bench-compare}
+
+# report DOC PLOTS: the comparison's section of DOC, its plots in PLOTS.
+report() {
+  (cd "$root" && /usr/bin/python3 bench/compare/report.py compare --results "$out" --doc "$1" --plots "$2" \
+    --command "make bench-compare")
+}
+
+if ((doc)); then
+  if ! compgen -G "$out/*.json" >/dev/null; then
+    echo "bench_compare.sh: no results in $out; run make bench-compare first" >&2
+    exit 1
+  fi
+  report "$root/docs/performance.md" "$root/docs/plots"
+  exit
+fi
+
 reps=${BENCH_REPS:-3}
 iters=${BENCH_ITERS:-20}
 warmup=${BENCH_WARMUP:-5}
 max=${BENCH_MAX:-64M}
 worlds=${BENCH_WORLDS:-2 4}
-out=${BENCH_OUT:-$build/bench-compare}
 small_iters=${BENCH_SMALL_ITERS:-1000}
 small_warmup=${BENCH_SMALL_WARMUP:-100}
 # The sweeps: NAME-small.json up to 1 KiB, NAME.json from 2 KiB (or the
@@ -198,6 +224,7 @@ print("\n".join(names))' "$rep$n" "${configs[@]}")
 done
 echo "== measured in $(( $(date +%s) - start )) s; results in $out"
 
-cd "$root"
-/usr/bin/python3 bench/compare/report.py compare --results "$out" --doc "${BENCH_DOC:-docs/performance.md}" \
-  --plots "${BENCH_PLOTS:-docs/plots}" --command "make bench-compare"
+status=0
+report "$out/report.md" "$out/plots" || status=$?
+echo "== the report is $out/report.md; make bench-doc puts it into docs/performance.md"
+exit $status

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """bench/compare/report.py: turns the result files of scripts/bench.sh and
-scripts/bench_compare.sh into the generated sections of docs/performance.md
-(and, for the comparison, gnuplot PNGs under docs/plots/).
+scripts/bench_compare.sh into a generated section of a markdown report
+(and, for the comparison, gnuplot PNGs). The scripts write the report into
+the results folder in the build directory (DIR/report.md, DIR/plots/);
+`make bench-doc` writes the comparison into docs/performance.md and
+docs/plots/.
 
-    report.py bench   --results DIR --doc docs/performance.md --command CMD
-    report.py compare --results DIR --doc docs/performance.md --plots docs/plots --command CMD
+    report.py bench   --results DIR --doc DIR/report.md --command CMD
+    report.py compare --results DIR --doc DIR/report.md --plots DIR/plots --command CMD
     report.py stamp   --results DIR   (when the measurement starts: the date, machine and revision)
 
 Input (DIR):
@@ -153,10 +156,18 @@ def replace_section(doc_path, name, body):
     pattern = re.compile(re.escape(f"<!-- BEGIN {name} ") + r".*?" + re.escape(end) + r"\n?", re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: block, text, count=1)
-    else:
+    elif text.strip():
         text = text.rstrip("\n") + "\n\n" + block
+    else:
+        text = block  # a new report
     with open(doc_path, "w") as f:
         f.write(text)
+
+
+def measured_on(results):
+    """'measured on 2 CPUs (...), kizuna built from REV': the stamp without its date and time, which
+    stay in DIR/measured.txt (a report says what was measured, not when)."""
+    return "measured on " + re.sub(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}, ", "", machine_line(results))
 
 
 def machine_line(results=None):
@@ -204,7 +215,7 @@ def bench(args):
     lines = [
         "## kizuna-perf tables (`make bench`)",
         "",
-        f"Command: `{args.command}`; {machine_line(args.results)}.",
+        f"Command: `{args.command}`; {measured_on(args.results)}.",
         "",
         f"kizuna-perf per collective and world size, ranks as processes, float32 (sum where it "
         f"applies), algorithm and transport as kizuna chooses them (auto), -n {any_doc['iters']} "
@@ -507,9 +518,9 @@ def compare(args):
     say = []   # what is printed on the terminal too
 
     out += [
-        "## Side by side: kizuna, Gloo and Open MPI (`make bench-compare`, issue 6)",
+        "## Side by side: kizuna, Gloo and Open MPI (`make bench-compare`)",
         "",
-        f"Command: `{args.command}`; {machine_line(args.results)}.",
+        f"Command: `{args.command}`; {measured_on(args.results)}.",
         "",
         f"All-reduce of float32 with sum, in-place (Gloo's algorithms are in-place only), sizes "
         f"{human_size(sizes[0])} .. {human_size(sizes[-1])}, ranks as processes on this machine, "
@@ -746,7 +757,7 @@ def main():
     parser.add_argument("mode", choices=["bench", "compare", "stamp"])
     parser.add_argument("--results", required=True)
     parser.add_argument("--doc")
-    parser.add_argument("--plots", default="docs/plots")
+    parser.add_argument("--plots", help="where the comparison's PNGs go (default: DIR/plots)")
     parser.add_argument("--command")
     args = parser.parse_args()
     if args.mode == "stamp":
@@ -755,6 +766,8 @@ def main():
         sys.exit(0)
     if not args.doc or not args.command:
         parser.error("--doc and --command are required for " + args.mode)
+    if not args.plots:
+        args.plots = os.path.join(args.results, "plots")
     sys.exit(bench(args) if args.mode == "bench" else compare(args))
 
 

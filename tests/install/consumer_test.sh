@@ -1,25 +1,40 @@
 #!/usr/bin/env bash
 # consumer_test.sh BUILD_DIR CONSUMER_SRC CXX CC
-# Installs BUILD_DIR into a scratch prefix, then builds and runs the consumer
-# program against the installed tree with CMake's find_package and with
-# pkg-config. Any failure fails the test.
+# Installs BUILD_DIR into a scratch prefix, then, with no LD_LIBRARY_PATH:
+#   - runs the installed kizuna-perf (its RPATH finds libkizuna);
+#   - builds the C++ consumer with CMake's find_package(kizuna) and the C
+#     consumer with pkg-config, exactly as docs/getting-started.md shows
+#     them (the test checks that the page quotes these files verbatim);
+#   - runs each with 3 ranks under the installed kizuna-run.
+# Any failure fails the test.
 set -euo pipefail
 build=$1 src=$2 cxx=$3 cc=$4
 work=$(mktemp -d /tmp/kizuna-install-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
+unset LD_LIBRARY_PATH
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
 libdir=$(dirname "$(find "$prefix" -name 'libkizuna.so' | head -1)")
 
-echo "== find_package(kizuna)"
-cmake -S "$src" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="$cc" >/dev/null
-cmake --build "$work/cmake-build" >/dev/null
-LD_LIBRARY_PATH=$libdir "$work/cmake-build/consumer"
+echo "== docs/getting-started.md quotes the consumer verbatim"
+guide=$src/../../../docs/getting-started.md
+for file in CMakeLists.txt consumer.cpp consumer.c; do
+  python3 -c 'import sys; sys.exit(open(sys.argv[1]).read() not in open(sys.argv[2]).read())' "$src/$file" "$guide" ||
+    { echo "docs/getting-started.md does not quote tests/install/consumer/$file verbatim" >&2; exit 1; }
+done
 
-echo "== pkg-config kizuna"
-flags=$(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags --libs kizuna)
-"$cxx" -std=c++20 "$src/consumer.cpp" $flags -o "$work/consumer-pc"
-LD_LIBRARY_PATH=$libdir "$work/consumer-pc"
+echo "== the installed tools find libkizuna without LD_LIBRARY_PATH"
+"$prefix/bin/kizuna-perf" --help >/dev/null
+
+echo "== find_package(kizuna), 3 ranks"
+cmake -S "$src" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
+cmake --build "$work/cmake-build" >/dev/null
+"$prefix/bin/kizuna-run" --nproc-per-node 3 -- "$work/cmake-build/consumer"
+
+echo "== pkg-config kizuna, the C ABI, 3 ranks"
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+"$cc" -std=c11 "$src/consumer.c" $(pkg-config --cflags --libs kizuna) \
+  -Wl,-rpath,"$(pkg-config --variable=libdir kizuna)" -o "$work/consumer-c"
+"$prefix/bin/kizuna-run" --nproc-per-node 3 -- "$work/consumer-c"
 echo "install test passed"
