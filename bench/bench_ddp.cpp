@@ -28,7 +28,7 @@
 // The first bucket stays at the default 1 MiB (capped at the cap).
 //
 // After Google Benchmark's own table, a summary in Markdown (medians over
-// the repetitions) is printed: the table of docs/performance.md.
+// the repetitions) is printed: the table of docs/trainer.md.
 //
 // Ranks talk over loopback TCP (--ddp_transport=shm: shared memory instead).
 //

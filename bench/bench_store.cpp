@@ -1,6 +1,6 @@
 // bench_store: the TcpStore's round trips per second and the time a job
 // takes to rendezvous through it. bench/compare/torch_store.py times the
-// same operations with PyTorch's TCPStore, for docs/performance.md.
+// same operations with PyTorch's TCPStore, side by side.
 //
 //   set/get/add     one client per thread, 1 and 16 threads, all on one server
 //                   in this process; items/s is the total over the threads

@@ -23,7 +23,7 @@
 // Thread-safe. queued() and running() take a spin lock; started() and ended(), which a
 // small collective runs right after publishing its messages, take none and
 // no locked instruction at all: one would wait there for the published
-// line to reach the peer polling it (docs/performance.md). So started()
+// line to reach the peer polling it. So started()
 // and ended() of a record must come from one thread at a time (the one
 // running the call), after its queued(). Readers (the report, the signal
 // dumper) take no lock either: they skip a record that queued() is

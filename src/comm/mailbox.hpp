@@ -17,7 +17,7 @@
 //
 // Against a one-shot through the slots this skips the messages' framing,
 // a slot per peer, the executor's steps and a schedule: a 2-rank call is
-// one line written and one read (docs/performance.md has the figures).
+// one line written and one read (docs/symmetric-memory.md#mailboxes-the-small-all-reduce).
 //
 // Mismatches: a peer in the same mailbox call with another sequence,
 // collective, count, type or operation is a Mismatch. A peer that takes another path for the

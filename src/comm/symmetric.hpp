@@ -15,7 +15,7 @@
 // copying the peers' reduced chunks out of their outputs. Per rank of two
 // that reads and writes 5 half-buffers of memory, against 7 for a ring that
 // reads its peer's private buffer (Open MPI's CMA) and 9 for kizuna's slots
-// (docs/performance.md). Three meetings order it: all inputs ready, all
+// (docs/symmetric-memory.md#why-the-bytes-each-rank-moves). Three meetings order it: all inputs ready, all
 // chunks reduced, all copies done (after which a buffer may change again).
 // At the first, each rank checks its peers' calls (sequence, count, type,
 // operation) and fails with Mismatch where they differ.

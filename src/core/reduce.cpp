@@ -174,7 +174,7 @@ void check_args(DataType dtype, ReduceOp op) {
 // `alignment` is an element size, a power of two: a mask, not a division.
 // A 64-bit division costs about 10 ns on this project's machine, and
 // reduce_into() tests three pointers: 2 float32 took 44-49 ns a call with
-// the remainder, 11-19 ns with the mask (docs/performance.md).
+// the remainder, 11-19 ns with the mask (bench/bench_reduce).
 bool aligned(const void* p, std::size_t alignment) {
   return (reinterpret_cast<std::uintptr_t>(p) & (alignment - 1)) == 0;
 }

@@ -8,7 +8,7 @@
 // paces every segment by its bandwidth estimate, which on loopback held a
 // full-duplex pair near 2 GB/s per direction here and added microseconds to
 // each small message, where Reno or CUBIC carry 8-9 GB/s
-// (docs/performance.md).
+// (docs/tuning.md#large-all-reduce-over-tcp).
 //
 // Settings:
 //   "auto"    (default) Reno on connections whose peer address belongs to
@@ -28,7 +28,7 @@
 // the system's afterwards: a socket switched from BBR to Reno once
 // established kept much of BBR's loopback rate (most likely because BBR
 // turns on the kernel's own pacing of the socket and the switch does not
-// turn it off; docs/performance.md has the figures). So a connecting socket is set before
+// turn it off). So a connecting socket is set before
 // connect(), and a listening one before listen(), since accepted
 // connections inherit the listener's choice; under auto, an accepted
 // connection from another host is then put back to the system's choice.
