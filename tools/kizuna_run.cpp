@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "common/usage.hpp"
 #include "core/env.hpp"
 #include "run/options.hpp"
 #include "run/output.hpp"
@@ -370,12 +371,12 @@ int main(int argc, char** argv) {
   RunOptions options;
   try {
     options = parse_options(argc, argv);
-  } catch (const UsageError& e) {
+  } catch (const tools::UsageError& e) {
     std::fprintf(stderr, "kizuna-run: %s\n%s(kizuna-run --help describes every flag)\n", e.what(), usage_line());
-    return 2;
+    return tools::kUsageExit;
   }
   if (options.help) {
-    std::printf("%s\n%s", usage_line(), help_text());
+    std::printf("%s\n%s", usage_line(), help_text().c_str());
     return 0;
   }
   if (options.nnodes > 1) g_tag = "kizuna-run[node " + std::to_string(options.node_rank) + "]";
