@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 
+#include "common/usage.hpp"
 #include "core/launch_env.hpp"
 #include "core/log.hpp"
 #include "mlp/dataset.hpp"
@@ -189,10 +190,10 @@ int main(int argc, char** argv) {
   train::CliOptions options;
   try {
     options = train::parse_command_line(argc, argv);
-  } catch (const train::UsageError& e) {
+  } catch (const tools::UsageError& e) {
     std::fprintf(stderr, "kizuna-train: %s\n%s\n(kizuna-train --help describes every flag)\n", e.what(),
                  train::usage_line().c_str());
-    return 2;
+    return tools::kUsageExit;
   }
   if (options.help) {
     std::printf("%s", train::help_text().c_str());
