@@ -24,7 +24,7 @@
 // outside the timed loop (perf/device_memory.hpp).
 //
 // Exit status: 0 every element right, 1 a wrong element or a failure (the
-// message is on stderr), 2 bad usage.
+// message is on stderr), 2 bad usage: a flag or a KIZUNA_* variable.
 #include <kizuna/comm.hpp>
 #include <kizuna/error.hpp>
 #include <kizuna/hash_store.hpp>
@@ -363,6 +363,7 @@ int main(int argc, char** argv) {
   // Before any communicator exists: kizuna reads its environment once.
   if (!o.transport.empty()) ::setenv("KIZUNA_TRANSPORT", o.transport.c_str(), 1);
   try {
+    tools::check_environment();
     return o.threads ? run_threads(o) : run_processes(o);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kizuna-perf: %s\n", e.what());

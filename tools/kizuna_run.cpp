@@ -24,7 +24,8 @@
 // here, and each worker dies with it (PR_SET_PDEATHSIG).
 //
 // Exit status: 0 every worker succeeded; 1 a worker failed with no restarts
-// left, or the rendezvous failed; 2 bad usage; 128+N stopped by signal N.
+// left, or the rendezvous failed; 2 bad usage (a flag or a KIZUNA_*
+// variable); 128+N stopped by signal N.
 #include <kizuna/error.hpp>
 
 #include <fcntl.h>
@@ -42,7 +43,6 @@
 #include <vector>
 
 #include "common/usage.hpp"
-#include "core/env.hpp"
 #include "run/options.hpp"
 #include "run/output.hpp"
 #include "run/rendezvous.hpp"
@@ -405,8 +405,11 @@ int main(int argc, char** argv) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   try {
-    core::Env::get();  // a bad KIZUNA_* variable fails here, before any worker
+    tools::check_environment();  // a bad KIZUNA_* variable fails here, before any worker
     return Launcher(options).run();
+  } catch (const tools::UsageError& e) {
+    say(e.what());
+    return tools::kUsageExit;
   } catch (const Interrupted& i) {
     say("stopped by " + signal_name(i.signal) + " before the workers started");
     return 128 + i.signal;

@@ -16,7 +16,8 @@
 // would show it); --token-env makes it mandatory.
 //
 // Exit status: 0 done (check: all keys present), 1 failed (the message is
-// on stderr; check: a key is missing), 2 bad usage.
+// on stderr; check: a key is missing), 2 bad usage: a flag, an argument or
+// a KIZUNA_* variable.
 #include <kizuna/error.hpp>
 #include <kizuna/tcp_store.hpp>
 #include <kizuna/tcp_store_server.hpp>
@@ -265,7 +266,11 @@ int main(int argc, char** argv) {
     return tools::kUsageExit;
   }
   try {
+    tools::check_environment();
     return run(*c, in);
+  } catch (const tools::UsageError& e) {
+    std::fprintf(stderr, "kizuna-store %s: %s\n", c->name, e.what());
+    return tools::kUsageExit;
   } catch (const Error& e) {
     std::fprintf(stderr, "kizuna-store %s: %s\n", c->name, e.what());
     return 1;

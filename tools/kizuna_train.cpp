@@ -14,7 +14,8 @@
 // test accuracy after each epoch and a summary, and writes the metrics,
 // the plot and the checkpoints. docs/trainer.md has the details.
 //
-// Exit status: 0 trained; 1 a failure (the message is on stderr); 2 bad usage.
+// Exit status: 0 trained; 1 a failure (the message is on stderr); 2 bad usage:
+// a flag or a KIZUNA_* variable.
 #include <kizuna/comm.hpp>
 #include <kizuna/error.hpp>
 #include <kizuna/hash_store.hpp>
@@ -200,7 +201,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    tools::check_environment();
     return run(options);
+  } catch (const tools::UsageError& e) {
+    std::fprintf(stderr, "kizuna-train: %s\n", e.what());
+    return tools::kUsageExit;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "kizuna-train: %s\n", e.what());
