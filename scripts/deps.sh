@@ -11,6 +11,9 @@ packages=(
   catch2 libbenchmark-dev
   # the store: standalone Asio (header-only) and OpenSSL's libcrypto (HMAC)
   libasio-dev libssl-dev
+  # the tools only (never libkizuna): command lines (CLI11) and JSON files
+  # (nlohmann-json), both header-only
+  libcli11-dev nlohmann-json3-dev
   # fuzzing the store's wire decoder (libFuzzer, tests/fuzz)
   clang libclang-rt-dev
   # side-by-side comparison (make bench-compare)

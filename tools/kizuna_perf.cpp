@@ -24,7 +24,7 @@
 // outside the timed loop (perf/device_memory.hpp).
 //
 // Exit status: 0 every element right, 1 a wrong element or a failure (the
-// message is on stderr), 2 bad usage.
+// message is on stderr), 2 bad usage: a flag or a KIZUNA_* variable.
 #include <kizuna/comm.hpp>
 #include <kizuna/error.hpp>
 #include <kizuna/hash_store.hpp>
@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.hpp"
 #include "core/launch_env.hpp"
 #include "perf/args.hpp"
 #include "perf/device_memory.hpp"
@@ -131,7 +132,7 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
           "or all (default float32)",
           [&](std::string_view v) { c.types = parse_types(v); });
   p.value("-r", "--root", "RANK", "root of broadcast and reduce (default 0)",
-          [&](std::string_view v) { c.root = static_cast<int>(parse_integer("--root", v, 0, 1 << 24)); });
+          [&](std::string_view v) { c.root = static_cast<int>(core::parse_int("--root", v, 0, 1 << 24)); });
   p.value("", "--collective", "NAME",
           "all_reduce (default), all_gather, reduce_scatter, broadcast or reduce",
           [&](std::string_view v) {
@@ -180,9 +181,9 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
   p.value("-t", "--threads", "N",
           "run N ranks as threads of this process (under a launcher only -t 1, nccl-tests' default, which "
           "changes nothing)",
-          [&](std::string_view v) { o.threads = static_cast<int>(parse_integer("--threads", v, 1, 1024)); });
+          [&](std::string_view v) { o.threads = static_cast<int>(core::parse_int("--threads", v, 1, 1024)); });
   p.value("-g", "--ngpus", "1", "devices per rank: always 1 (nccl-tests' flag, accepted for its command lines)",
-          [&](std::string_view v) { parse_integer("-g", v, 1, 1); });
+          [&](std::string_view v) { core::parse_int("-g", v, 1, 1); });
   if (!p.parse(argc, argv)) return false;
   validate(c.common);
   // nccl-tests' command lines say -t 1 under mpirun: one thread per process.
@@ -357,15 +358,16 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kizuna-perf: %s\nrun 'kizuna-perf --help' for the options\n", e.what());
-    return 2;
+    return tools::kUsageExit;
   }
   // Before any communicator exists: kizuna reads its environment once.
   if (!o.transport.empty()) ::setenv("KIZUNA_TRANSPORT", o.transport.c_str(), 1);
   try {
+    tools::check_environment();
     return o.threads ? run_threads(o) : run_processes(o);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kizuna-perf: %s\n", e.what());
-    return 2;
+    return tools::kUsageExit;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kizuna-perf: %s\n", e.what());
     return 1;

@@ -24,7 +24,8 @@
 // here, and each worker dies with it (PR_SET_PDEATHSIG).
 //
 // Exit status: 0 every worker succeeded; 1 a worker failed with no restarts
-// left, or the rendezvous failed; 2 bad usage; 128+N stopped by signal N.
+// left, or the rendezvous failed; 2 bad usage (a flag or a KIZUNA_*
+// variable); 128+N stopped by signal N.
 #include <kizuna/error.hpp>
 
 #include <fcntl.h>
@@ -41,7 +42,7 @@
 #include <string>
 #include <vector>
 
-#include "core/env.hpp"
+#include "common/usage.hpp"
 #include "run/options.hpp"
 #include "run/output.hpp"
 #include "run/rendezvous.hpp"
@@ -370,12 +371,12 @@ int main(int argc, char** argv) {
   RunOptions options;
   try {
     options = parse_options(argc, argv);
-  } catch (const UsageError& e) {
+  } catch (const tools::UsageError& e) {
     std::fprintf(stderr, "kizuna-run: %s\n%s(kizuna-run --help describes every flag)\n", e.what(), usage_line());
-    return 2;
+    return tools::kUsageExit;
   }
   if (options.help) {
-    std::printf("%s\n%s", usage_line(), help_text());
+    std::printf("%s\n%s", usage_line(), help_text().c_str());
     return 0;
   }
   if (options.nnodes > 1) g_tag = "kizuna-run[node " + std::to_string(options.node_rank) + "]";
@@ -404,8 +405,11 @@ int main(int argc, char** argv) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   try {
-    core::Env::get();  // a bad KIZUNA_* variable fails here, before any worker
+    tools::check_environment();  // a bad KIZUNA_* variable fails here, before any worker
     return Launcher(options).run();
+  } catch (const tools::UsageError& e) {
+    say(e.what());
+    return tools::kUsageExit;
   } catch (const Interrupted& i) {
     say("stopped by " + signal_name(i.signal) + " before the workers started");
     return 128 + i.signal;

@@ -1,10 +1,13 @@
 // kizuna-store: run a standalone store server, or talk to one.
 //
-//   kizuna-store serve [--host H] [--port P] [--world-size N] [--token-env] [--max-value-bytes
-//   SIZE] kizuna-store get    --addr H:P [--timeout DUR] KEY kizuna-store set    --addr H:P KEY
-//   VALUE kizuna-store add    --addr H:P KEY DELTA kizuna-store wait   --addr H:P [--timeout DUR]
-//   KEY... kizuna-store check  --addr H:P KEY... kizuna-store delete --addr H:P KEY kizuna-store
-//   keys   --addr H:P [PREFIX]
+//   kizuna-store serve  [--host H] [--port P] [--world-size N] [--token-env] [--max-value-bytes SIZE]
+//   kizuna-store get    --addr H:P [--timeout DUR] KEY
+//   kizuna-store set    --addr H:P KEY VALUE
+//   kizuna-store add    --addr H:P KEY DELTA
+//   kizuna-store wait   --addr H:P [--timeout DUR] KEY...
+//   kizuna-store check  --addr H:P KEY...
+//   kizuna-store delete --addr H:P KEY
+//   kizuna-store keys   --addr H:P [PREFIX]
 //
 // serve is for multi-node jobs whose store lives on a host of its own; the
 // client commands are for looking into a stuck rendezvous ("which ranks
@@ -13,7 +16,8 @@
 // would show it); --token-env makes it mandatory.
 //
 // Exit status: 0 done (check: all keys present), 1 failed (the message is
-// on stderr; check: a key is missing), 2 bad usage.
+// on stderr; check: a key is missing), 2 bad usage: a flag, an argument or
+// a KIZUNA_* variable.
 #include <kizuna/error.hpp>
 #include <kizuna/tcp_store.hpp>
 #include <kizuna/tcp_store_server.hpp>
@@ -21,17 +25,17 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <iostream>
-#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "core/env.hpp"
 #include "core/launch_env.hpp"
 
@@ -43,76 +47,30 @@ struct Command {
   const char* name;
   const char* usage;  // after "kizuna-store NAME "
   const char* summary;
-  std::vector<std::string> value_flags;  // flags that take a value
-  std::vector<std::string> bool_flags;
   int min_args;
   int max_args;  // -1: any number
+
+  bool serves() const { return std::string_view(name) == "serve"; }
 };
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
       {"serve",
        "[--host H] [--port P] [--world-size N] [--token-env] [--max-value-bytes SIZE]",
-       "run a store server until interrupted; prints the address it listens on.\n"
-       "  --host H             address to listen on (default: every interface)\n"
-       "  --port P             port (default 0: the OS picks a free one)\n"
-       "  --world-size N       expect N clients to join; say when they have\n"
-       "  --token-env          require KIZUNA_STORE_TOKEN (refuse to serve without "
-       "authentication)\n"
-       "  --max-value-bytes S  largest value accepted (default 64MiB)",
-       {"--host", "--port", "--world-size", "--max-value-bytes"},
-       {"--token-env"},
+       "run a store server until interrupted; prints the address it listens on.",
        0,
        0},
       {"get",
        "--addr HOST:PORT [--timeout DUR] KEY",
        "print the value of KEY, waiting for it up to the timeout (default KIZUNA_STORE_TIMEOUT)",
-       {"--addr", "--timeout"},
-       {"--token-env"},
        1,
        1},
-      {"set",
-       "--addr HOST:PORT KEY VALUE",
-       "set KEY to VALUE",
-       {"--addr", "--timeout"},
-       {"--token-env"},
-       2,
-       2},
-      {"add",
-       "--addr HOST:PORT KEY DELTA",
-       "add DELTA to the counter at KEY; print the new value",
-       {"--addr", "--timeout"},
-       {"--token-env"},
-       2,
-       2},
-      {"wait",
-       "--addr HOST:PORT [--timeout DUR] KEY...",
-       "wait until every KEY exists",
-       {"--addr", "--timeout"},
-       {"--token-env"},
-       1,
-       -1},
-      {"check",
-       "--addr HOST:PORT KEY...",
-       "print which KEYs exist; exit 0 when all do, 1 otherwise",
-       {"--addr", "--timeout"},
-       {"--token-env"},
-       1,
-       -1},
-      {"delete",
-       "--addr HOST:PORT KEY",
-       "delete KEY",
-       {"--addr", "--timeout"},
-       {"--token-env"},
-       1,
-       1},
-      {"keys",
-       "--addr HOST:PORT [PREFIX]",
-       "list the keys (that start with PREFIX), sorted",
-       {"--addr", "--timeout"},
-       {"--token-env"},
-       0,
-       1},
+      {"set", "--addr HOST:PORT KEY VALUE", "set KEY to VALUE", 2, 2},
+      {"add", "--addr HOST:PORT KEY DELTA", "add DELTA to the counter at KEY; print the new value", 2, 2},
+      {"wait", "--addr HOST:PORT [--timeout DUR] KEY...", "wait until every KEY exists", 1, -1},
+      {"check", "--addr HOST:PORT KEY...", "print which KEYs exist; exit 0 when all do, 1 otherwise", 1, -1},
+      {"delete", "--addr HOST:PORT KEY", "delete KEY", 1, 1},
+      {"keys", "--addr HOST:PORT [PREFIX]", "list the keys (that start with PREFIX), sorted", 0, 1},
   };
   return list;
 }
@@ -125,99 +83,92 @@ void print_overview(std::FILE* out) {
                "comes from KIZUNA_STORE_TOKEN.\n");
 }
 
-[[noreturn]] void usage_error(const Command& c, const std::string& problem) {
-  std::fprintf(stderr, "kizuna-store %s: %s\nusage: kizuna-store %s %s\n", c.name, problem.c_str(),
-               c.name, c.usage);
-  std::exit(2);
-}
-
-struct Parsed {
-  std::map<std::string, std::string> values;
-  std::map<std::string, bool> flags;
+// What one command line asks for.
+struct Invocation {
+  TcpStoreOptions store;   // serve: where to listen; the others: the server to reach
+  bool addr_given = false;
+  bool token_env = false;  // --token-env: KIZUNA_STORE_TOKEN must be set
   std::vector<std::string> args;
+  std::int64_t delta = 0;  // add's DELTA
 };
 
-Parsed parse(const Command& c, int argc, char** argv) {
-  Parsed p;
-  auto has = [](const std::vector<std::string>& list, const std::string& s) {
-    for (const auto& x : list)
-      if (x == s) return true;
+// The command's flags on `app`, setting `in`. Serve's --help lists them;
+// the others' usage line says all there is. Given twice, the last counts.
+void declare(CLI::App& app, const Command& c, Invocation& in) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  tools::add_help(app, "");
+  TcpStoreOptions& s = in.store;
+  if (c.serves()) {
+    s.host = "";  // every interface
+    tools::add_value(app, "--host", "H", "address to listen on (default: every interface)",
+                     [&s](const std::string& v) { s.host = v; });
+    tools::add_value(app, "--port", "P", "port (default 0: the OS picks a free one)", [&s](const std::string& v) {
+      s.port = static_cast<int>(core::parse_int("--port", v, 0, 65535));
+    });
+    tools::add_value(app, "--world-size", "N", "expect N clients to join; say when they have",
+                     [&s](const std::string& v) {
+                       s.world_size = static_cast<int>(core::parse_int("--world-size", v, 1, 1 << 24));
+                     });
+    tools::add_switch(app, "--token-env", "require KIZUNA_STORE_TOKEN (refuse to serve without authentication)",
+                      [&in] { in.token_env = true; });
+    tools::add_value(app, "--max-value-bytes", "S", "largest value accepted (default 64MiB)",
+                     [&s](const std::string& v) { s.max_value_bytes = core::parse_size("--max-value-bytes", v); });
+    return;
+  }
+  tools::add_value(app, "--addr", "HOST:PORT", "", [&in](const std::string& v) {
+    core::split_host_port("--addr", v.rfind("tcp://", 0) == 0 ? v.substr(6) : v, in.store.host, in.store.port);
+    if (in.store.port == 0) throw tools::UsageError("--addr needs the server's port, not 0");
+    in.addr_given = true;
+  });
+  tools::add_value(app, "--timeout", "DUR", "",
+                   [&s](const std::string& v) { s.timeout = core::parse_duration("--timeout", v); });
+  tools::add_switch(app, "--token-env", "", [&in] { in.token_env = true; });
+}
+
+// The command's arguments: the words its flags left, less a "--" that ends
+// the flags. Before that, a word that starts with "--" is an unknown option.
+std::vector<std::string> arguments(const CLI::App& app) {
+  std::vector<std::string> args;
+  bool flags_over = false;
+  for (const std::string& word : app.remaining()) {
+    const bool flag = !flags_over && word.rfind("--", 0) == 0;
+    if (flag && word.size() == 2) flags_over = true;
+    else if (flag) throw tools::UsageError(tools::unknown(word));
+    else args.push_back(word);
+  }
+  return args;
+}
+
+// Parses the command's words (argv[0] is its name) into `in`; prints the
+// command's help and returns false for --help. Throws on bad usage.
+//
+// Each command is a CLI::App of its own rather than a CLI11 subcommand, so
+// that a key may be named like a command and "--" stays with the command.
+bool parse(const Command& c, int argc, char** argv, Invocation& in) {
+  CLI::App app;
+  declare(app, c, in);
+  if (!tools::parse(app, argc, argv)) {
+    std::printf("usage: kizuna-store %s %s\n\n%s\n%s", c.name, c.usage, c.summary,
+                tools::option_table(app, 23).c_str());
     return false;
-  };
-  for (int i = 0; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::printf("usage: kizuna-store %s %s\n\n%s\n", c.name, c.usage, c.summary);
-      std::exit(0);
-    }
-    if (arg == "--") {
-      for (++i; i < argc; ++i) p.args.emplace_back(argv[i]);
-      break;
-    }
-    if (arg.size() > 2 && arg.rfind("--", 0) == 0) {
-      std::string value;
-      bool inline_value = false;
-      if (const auto eq = arg.find('='); eq != std::string::npos) {
-        value = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
-        inline_value = true;
-      }
-      if (has(c.bool_flags, arg) && !inline_value) {
-        p.flags[arg] = true;
-      } else if (has(c.value_flags, arg)) {
-        if (!inline_value) {
-          if (i + 1 >= argc) usage_error(c, arg + " needs a value");
-          value = argv[++i];
-        }
-        p.values[arg] = value;
-      } else {
-        usage_error(c, "unknown option '" + arg + "'");
-      }
-      continue;
-    }
-    p.args.push_back(arg);
   }
-  const int n = static_cast<int>(p.args.size());
-  if (n < c.min_args || (c.max_args >= 0 && n > c.max_args))
-    usage_error(c, n < c.min_args ? "missing arguments" : "too many arguments");
-  return p;
+  in.args = arguments(app);
+  const int n = static_cast<int>(in.args.size());
+  if (n < c.min_args) throw tools::UsageError("missing arguments");
+  if (c.max_args >= 0 && n > c.max_args) throw tools::UsageError("too many arguments");
+  if (std::string_view(c.name) == "add") in.delta = core::parse_int("DELTA", in.args[1], INT64_MIN, INT64_MAX);
+  if (!c.serves() && !in.addr_given) throw tools::UsageError("--addr HOST:PORT is required");
+  return true;
 }
 
-// Parses an option's value; a bad one is a usage error (exit 2).
-template <typename Parse>
-auto checked(const Command& c, Parse&& parse) {
-  try {
-    return parse();
-  } catch (const Error& e) {
-    usage_error(c, e.what());
-  }
-}
-
-std::optional<std::string> required_token(const Command& c, const Parsed& p) {
+std::optional<std::string> required_token(const Invocation& in) {
   const std::string& token = core::Env::get().store_token;
-  if (p.flags.count("--token-env") && token.empty())
-    throw Error(ErrorCode::InvalidArgument,
-                std::string("--token-env: KIZUNA_STORE_TOKEN is not set (or empty)"));
+  if (in.token_env && token.empty())
+    throw Error(ErrorCode::InvalidArgument, std::string("--token-env: KIZUNA_STORE_TOKEN is not set (or empty)"));
   return token;
 }
 
-int serve(const Command& c, const Parsed& p) {
-  TcpStoreOptions o;
-  o.host = p.values.count("--host") ? p.values.at("--host") : "";
-  if (p.values.count("--port"))
-    o.port = checked(c, [&] {
-      return static_cast<int>(core::parse_int("--port", p.values.at("--port"), 0, 65535));
-    });
-  if (p.values.count("--world-size"))
-    o.world_size = checked(c, [&] {
-      return static_cast<int>(
-          core::parse_int("--world-size", p.values.at("--world-size"), 1, 1 << 24));
-    });
-  if (p.values.count("--max-value-bytes"))
-    o.max_value_bytes = checked(
-        c, [&] { return core::parse_size("--max-value-bytes", p.values.at("--max-value-bytes")); });
-  o.token = required_token(c, p);
-
+int serve(TcpStoreOptions o) {
   // Block the signals before the server's thread starts, so that it inherits
   // the mask and this thread alone receives them, with sigtimedwait.
   sigset_t stop;
@@ -249,59 +200,40 @@ int serve(const Command& c, const Parsed& p) {
   }
 }
 
-std::unique_ptr<TcpStore> connect(const Command& c, const Parsed& p) {
-  if (!p.values.count("--addr")) usage_error(c, "--addr HOST:PORT is required");
-  std::string address = p.values.at("--addr");
-  if (address.rfind("tcp://", 0) == 0) address = address.substr(6);
-  TcpStoreOptions o;
-  checked(c, [&] {
-    core::split_host_port("--addr", address, o.host, o.port);
-    return 0;
-  });
-  if (o.port == 0) usage_error(c, "--addr needs the server's port, not 0");
-  if (p.values.count("--timeout"))
-    o.timeout =
-        checked(c, [&] { return core::parse_duration("--timeout", p.values.at("--timeout")); });
-  o.token = required_token(c, p);
-  return std::make_unique<TcpStore>(o);
-}
-
 void print_bytes(const Bytes& value) {
   std::fwrite(value.data(), 1, value.size(), stdout);
   std::fputc('\n', stdout);
 }
 
-int run(const Command& c, const Parsed& p) {
+int run(const Command& c, Invocation& in) {
+  in.store.token = required_token(in);
+  if (c.serves()) return serve(in.store);
   const std::string name = c.name;
-  if (name == "serve") return serve(c, p);
-  const auto& a = p.args;
-  std::int64_t delta = 0;
-  if (name == "add")
-    delta = checked(c, [&] { return core::parse_int("DELTA", a[1], INT64_MIN, INT64_MAX); });
-  auto store = connect(c, p);
+  const auto& a = in.args;
+  TcpStore store(in.store);
   if (name == "get") {
-    print_bytes(store->get(a[0]));
+    print_bytes(store.get(a[0]));
   } else if (name == "set") {
-    store->set(a[0], std::string_view(a[1]));
+    store.set(a[0], std::string_view(a[1]));
   } else if (name == "add") {
-    std::printf("%lld\n", static_cast<long long>(store->add(a[0], delta)));
+    std::printf("%lld\n", static_cast<long long>(store.add(a[0], in.delta)));
   } else if (name == "wait") {
-    store->wait(a);
+    store.wait(a);
   } else if (name == "check") {
     bool all = true;
     for (const auto& key : a) {
-      const bool there = store->check({key});
+      const bool there = store.check({key});
       all = all && there;
       std::printf("%s %s\n", there ? "present" : "missing", key.c_str());
     }
     return all ? 0 : 1;
   } else if (name == "delete") {
-    if (!store->delete_key(a[0])) {
+    if (!store.delete_key(a[0])) {
       std::fprintf(stderr, "kizuna-store delete: no key '%s'\n", a[0].c_str());
       return 1;
     }
   } else if (name == "keys") {
-    for (const auto& key : store->list_keys(a.empty() ? "" : a[0]))
+    for (const auto& key : store.list_keys(a.empty() ? "" : a[0]))
       std::printf("%s\n", key.c_str());
   }
   return 0;
@@ -312,24 +244,35 @@ int run(const Command& c, const Parsed& p) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     print_overview(stderr);
-    return 2;
+    return tools::kUsageExit;
   }
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
     print_overview(stdout);
     return 0;
   }
-  for (const Command& c : commands()) {
-    if (name != c.name) continue;
-    const Parsed parsed = parse(c, argc - 2, argv + 2);
-    try {
-      return run(c, parsed);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "kizuna-store %s: %s\n", c.name, e.what());
-      return 1;
-    }
+  const auto& list = commands();
+  const auto c = std::find_if(list.begin(), list.end(), [&](const Command& c) { return name == c.name; });
+  if (c == list.end()) {
+    std::fprintf(stderr, "kizuna-store: unknown command '%s'\n", name.c_str());
+    print_overview(stderr);
+    return tools::kUsageExit;
   }
-  std::fprintf(stderr, "kizuna-store: unknown command '%s'\n", name.c_str());
-  print_overview(stderr);
-  return 2;
+  Invocation in;
+  try {
+    if (!parse(*c, argc - 1, argv + 1, in)) return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kizuna-store %s: %s\nusage: kizuna-store %s %s\n", c->name, e.what(), c->name, c->usage);
+    return tools::kUsageExit;
+  }
+  try {
+    tools::check_environment();
+    return run(*c, in);
+  } catch (const tools::UsageError& e) {
+    std::fprintf(stderr, "kizuna-store %s: %s\n", c->name, e.what());
+    return tools::kUsageExit;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kizuna-store %s: %s\n", c->name, e.what());
+    return 1;
+  }
 }

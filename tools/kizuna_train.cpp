@@ -14,7 +14,8 @@
 // test accuracy after each epoch and a summary, and writes the metrics,
 // the plot and the checkpoints. docs/trainer.md has the details.
 //
-// Exit status: 0 trained; 1 a failure (the message is on stderr); 2 bad usage.
+// Exit status: 0 trained; 1 a failure (the message is on stderr); 2 bad usage:
+// a flag or a KIZUNA_* variable.
 #include <kizuna/comm.hpp>
 #include <kizuna/error.hpp>
 #include <kizuna/hash_store.hpp>
@@ -27,6 +28,7 @@
 #include <optional>
 #include <string>
 
+#include "common/usage.hpp"
 #include "core/launch_env.hpp"
 #include "core/log.hpp"
 #include "mlp/dataset.hpp"
@@ -189,17 +191,21 @@ int main(int argc, char** argv) {
   train::CliOptions options;
   try {
     options = train::parse_command_line(argc, argv);
-  } catch (const train::UsageError& e) {
+  } catch (const tools::UsageError& e) {
     std::fprintf(stderr, "kizuna-train: %s\n%s\n(kizuna-train --help describes every flag)\n", e.what(),
                  train::usage_line().c_str());
-    return 2;
+    return tools::kUsageExit;
   }
   if (options.help) {
     std::printf("%s", train::help_text().c_str());
     return 0;
   }
   try {
+    tools::check_environment();
     return run(options);
+  } catch (const tools::UsageError& e) {
+    std::fprintf(stderr, "kizuna-train: %s\n", e.what());
+    return tools::kUsageExit;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "kizuna-train: %s\n", e.what());

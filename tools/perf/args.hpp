@@ -1,13 +1,13 @@
 // perf/args.hpp: the nccl-tests command line, shared by kizuna-perf and the
 // comparison harnesses so that all of them take the same flags.
 //
-// ArgParser is a small table of options: each has a short form ("-b"), a
-// long form ("--minbytes") or both, and either takes a value ("-b 8",
-// "-b8", "--minbytes 8", "--minbytes=8") or is a plain flag. A value is
-// handed to the option's setter, which throws UsageError (or any
-// kizuna::Error, turned into one) when it is bad. parse() throws UsageError
-// for an unknown option, a missing value, a stray argument or a bad value;
-// the tools print it with usage() and exit 2.
+// ArgParser is a table of options parsed by CLI11 (common/cli.hpp): each has
+// a short form ("-b"), a long form ("--minbytes") or both, and takes a value
+// ("-b 8", "-b8", "--minbytes 8", "--minbytes=8"), handed to the option's
+// setter; given twice, the last value counts. A setter throws UsageError
+// (or any kizuna::Error, turned into one) when its value is bad. parse()
+// throws UsageError for an unknown option, a missing value, a stray
+// argument or a bad value; the tools print it and exit 2.
 //
 // add_common_options() registers the flags every tool shares (sizes,
 // iterations, warm-up, check, average mode, --json, --csv) on a
@@ -16,31 +16,32 @@
 
 #include <cstddef>
 #include <functional>
-#include <stdexcept>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/usage.hpp"
+
+namespace CLI {
+class App;
+}
+
 namespace kizuna::perf {
 
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using tools::UsageError;
 
 class ArgParser {
  public:
   using Setter = std::function<void(std::string_view value)>;
 
   ArgParser(std::string tool, std::string summary);
+  ~ArgParser();
 
   // An option with a value. `short_name` ("-b") or `long_name`
   // ("--minbytes") may be empty, not both.
-  void value(std::string short_name, std::string long_name, std::string metavar, std::string help,
-             Setter set);
-  // An option without a value.
-  void flag(std::string short_name, std::string long_name, std::string help,
-            std::function<void()> set);
+  void value(const std::string& short_name, const std::string& long_name, const std::string& metavar,
+             const std::string& help, Setter set);
 
   // Returns false when --help/-h was given (the caller prints usage() and
   // exits 0); throws UsageError otherwise on a bad command line.
@@ -50,22 +51,9 @@ class ArgParser {
   const std::string& tool() const { return tool_; }
 
  private:
-  struct Option {
-    std::string short_name, long_name, metavar, help;
-    Setter set;                 // with a value
-    std::function<void()> on;   // without
-  };
-  const Option* find(std::string_view name) const;
-  static void apply(const Option& o, std::string_view value);
-
   std::string tool_, summary_;
-  std::vector<Option> options_;
+  std::unique_ptr<CLI::App> app_;
 };
-
-// "8", "1K", "64M", "1G", "4KiB": bytes (binary multiples). UsageError
-// naming `what` otherwise.
-std::size_t parse_bytes(std::string_view what, std::string_view text);
-long long parse_integer(std::string_view what, std::string_view text, long long min, long long max);
 
 // The flags every tool shares, with nccl-tests' defaults.
 struct CommonOptions {

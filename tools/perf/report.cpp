@@ -1,6 +1,7 @@
 #include "report.hpp"
 
-#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <stdexcept>
 
@@ -108,32 +109,16 @@ std::int64_t Report::footer() {
 
 namespace {
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char u[8];
-      std::snprintf(u, sizeof u, "\\u%04x", c);
-      out += u;
-    } else out += c;
-  }
-  return out + "\"";
-}
+// Keys in the order written, so that the file reads like the table.
+using Json = nlohmann::ordered_json;
 
-// Finite numbers with enough digits to round-trip; JSON has no inf/nan.
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char s[40];
-  std::snprintf(s, sizeof s, "%.10g", v);
-  return s;
-}
-
-std::string json_measurement(const Measurement& m) {
-  if (!m.measured) return "null";
-  return "{\"time_us\": " + json_number(m.time_us) + ", \"algbw\": " + json_number(m.algbw) +
-         ", \"busbw\": " + json_number(m.busbw) + ", \"wrong\": " +
-         (m.wrong >= 0 ? std::to_string(m.wrong) : std::string("null")) + "}";
+// null for a placement not run; "wrong" is null when unchecked.
+Json json_of(const Measurement& m) {
+  if (!m.measured) return nullptr;
+  return {{"time_us", m.time_us},
+          {"algbw", m.algbw},
+          {"busbw", m.busbw},
+          {"wrong", m.wrong >= 0 ? Json(m.wrong) : Json(nullptr)}};
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -148,33 +133,33 @@ void write_file(const std::string& path, const std::string& text) {
 
 void Report::write_json(const std::string& path) const {
   const RunInfo& i = info_;
-  std::string s = "{\n";
-  s += "  \"tool\": " + json_string(i.tool) + ",\n";
-  s += "  \"collective\": " + json_string(i.collective) + ",\n";
-  s += "  \"algorithm\": " + json_string(i.algorithm) + ",\n";
-  s += "  \"transport\": " + json_string(i.transport) + ",\n";
-  s += "  \"buffers\": " + json_string(i.buffers) + ",\n";
-  s += "  \"launcher\": " + json_string(i.launcher) + ",\n";
-  s += "  \"world_size\": " + std::to_string(i.world_size) + ",\n";
-  s += "  \"iters\": " + std::to_string(i.iters) + ",\n";
-  s += "  \"warmup\": " + std::to_string(i.warmup) + ",\n";
-  s += "  \"check\": " + std::string(i.check ? "true" : "false") + ",\n";
-  s += "  \"checks\": " + std::to_string(i.check) + ",\n";
-  s += "  \"average\": " + std::to_string(i.average) + ",\n";
-  s += "  \"results\": [";
-  for (std::size_t k = 0; k < rows_.size(); ++k) {
-    const Row& r = rows_[k];
-    s += k ? ",\n    " : "\n    ";
-    s += "{\"size\": " + std::to_string(r.size) + ", \"count\": " + std::to_string(r.count) +
-         ", \"type\": " + json_string(r.type) + ", \"redop\": " + json_string(r.redop) +
-         ", \"root\": " + std::to_string(r.root) +
-         ", \"out_of_place\": " + json_measurement(r.out_of_place) +
-         ", \"in_place\": " + json_measurement(r.in_place) + "}";
-  }
-  s += rows_.empty() ? "],\n" : "\n  ],\n";
-  s += "  \"wrong\": " + std::to_string(total_wrong()) + ",\n";
-  s += "  \"avg_busbw\": " + json_number(average_busbw()) + "\n}\n";
-  write_file(path, s);
+  Json results = Json::array();
+  for (const Row& r : rows_)
+    results.push_back({{"size", r.size},
+                       {"count", r.count},
+                       {"type", r.type},
+                       {"redop", r.redop},
+                       {"root", r.root},
+                       {"out_of_place", json_of(r.out_of_place)},
+                       {"in_place", json_of(r.in_place)}});
+  const Json doc = {{"tool", i.tool},
+                    {"collective", i.collective},
+                    {"algorithm", i.algorithm},
+                    {"transport", i.transport},
+                    {"buffers", i.buffers},
+                    {"launcher", i.launcher},
+                    {"world_size", i.world_size},
+                    {"iters", i.iters},
+                    {"warmup", i.warmup},
+                    {"check", i.check != 0},
+                    {"checks", i.check},
+                    {"average", i.average},
+                    {"results", std::move(results)},
+                    {"wrong", total_wrong()},
+                    {"avg_busbw", average_busbw()}};
+  // Numbers that are not finite are written as null; bytes that are not
+  // UTF-8 (a name from the environment) as U+FFFD.
+  write_file(path, doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
 }
 
 void Report::write_csv(const std::string& path) const {

@@ -1,7 +1,5 @@
-// run/options.cpp: parsing and validating kizuna-run's flags, and its --help.
+// run/options.cpp: kizuna-run's flags on CLI11, their validation, and its --help.
 #include "options.hpp"
-
-#include <kizuna/error.hpp>
 
 #include <dirent.h>
 #include <sched.h>
@@ -10,38 +8,22 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <map>
 #include <string_view>
 
+#include "common/cli.hpp"
 #include "core/env.hpp"
 
 namespace kizuna::run {
 namespace {
 
+using tools::UsageError;
+
 constexpr int kMaxProcsPerNode = 4096;
 constexpr int kMaxNodes = 65536;
 constexpr int kMaxRestarts = 1'000'000;
 
-// Flags that take a value, in their canonical spelling.
-const std::vector<std::string_view> kValueFlags = {
-    "--nproc-per-node", "--nnodes",       "--node-rank", "--master-addr",
-    "--master-port",    "--max-restarts", "--log-dir",   "--timeout",
-    "--bind",
-};
-
-// "--nproc_per_node" -> "--nproc-per-node" (torchrun accepts both).
-std::string canonical(std::string flag) {
-  for (std::size_t i = 2; i < flag.size(); ++i)
-    if (flag[i] == '_') flag[i] = '-';
-  return flag;
-}
-
-int to_int(const std::string& flag, const std::string& value, int min, int max) {
-  try {
-    return static_cast<int>(core::parse_int(flag, value, min, max));
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
+int to_int(std::string_view flag, const std::string& value, int min, int max) {
+  return static_cast<int>(core::parse_int(flag, value, min, max));
 }
 
 int count_cpus() {
@@ -65,6 +47,69 @@ int count_nvidia_gpus() {
     found = std::min(found, listed);
   }
   return found;
+}
+
+// The flags, in --help's order. Each setter checks its own value; what
+// needs several flags is checked by parse_options. Every flag may be given
+// once (CLI11's policy Throw); torchrun's spellings are second names.
+void declare(CLI::App& app, RunOptions& o) {
+  app.prefix_command();  // the first word that is no flag starts the program
+  tools::add_value(app, "--nproc-per-node,--nproc_per_node", "N|auto",
+                   "workers on this node (default 1). auto: the CPU cores this\n"
+                   "process may run on; the GPUs instead when KIZUNA_DEVICE=cuda\n"
+                   "and the NVIDIA driver lists some (CUDA_VISIBLE_DEVICES counts)",
+                   [&o](const std::string& v) {
+                     o.nproc_per_node = v == "auto" ? auto_nproc_per_node(o.nproc_source)
+                                                    : to_int("--nproc-per-node", v, 1, kMaxProcsPerNode);
+                   });
+  tools::add_value(app, "--nnodes", "M", "nodes in the job, one kizuna-run on each (default 1)",
+                   [&o](const std::string& v) { o.nnodes = to_int("--nnodes", v, 1, kMaxNodes); });
+  tools::add_value(app, "--node-rank,--node_rank", "K",
+                   "this node's index, 0 .. M-1 (default 0); node 0's kizuna-run\n"
+                   "hosts the store",
+                   [&o](const std::string& v) { o.node_rank = to_int("--node-rank", v, 0, kMaxNodes - 1); });
+  tools::add_value(app, "--master-addr,--master_addr", "A",
+                   "node 0's address, where the store listens (default 127.0.0.1;\n"
+                   "required when M > 1)",
+                   [&o](const std::string& v) {
+                     const bool bracketed = v.size() > 2 && v.front() == '[' && v.back() == ']';  // [IPv6]
+                     o.master_addr = bracketed ? v.substr(1, v.size() - 2) : v;
+                     if (o.master_addr.empty()) throw UsageError("--master-addr is empty");
+                   });
+  tools::add_value(app, "--master-port,--master_port", "P",
+                   "the store's port on node 0 (default: a free port the OS picks\n"
+                   "with one node; 29500 with several)",
+                   [&o](const std::string& v) { o.master_port = to_int("--master-port", v, 0, 65535); });
+  tools::add_value(app, "--max-restarts,--max_restarts", "R",
+                   "after a worker fails, restart this node's workers up to R\n"
+                   "times; each round rendezvouses afresh (default 0)",
+                   [&o](const std::string& v) { o.max_restarts = to_int("--max-restarts", v, 0, kMaxRestarts); });
+  tools::add_value(app, "--log-dir,--log_dir", "DIR",
+                   "write each rank's output (stdout and stderr) to DIR/rank<R>.log\n"
+                   "instead of the console (default: the console only)",
+                   [&o](const std::string& v) {
+                     if (v.empty()) throw UsageError("--log-dir is empty");
+                     o.log_dir = v;
+                   });
+  tools::add_switch(app, "--tee", "with --log-dir, print to the console as well (default off)",
+                    [&o] { o.tee = true; });
+  tools::add_value(app, "--timeout", "S",
+                   "deadline of the rendezvous between nodes (connecting, the\n"
+                   "agreement check) and of the wait for the other nodes to\n"
+                   "finish: seconds, or 500ms, 30s, 2m (default 300s)",
+                   [&o](const std::string& v) { o.timeout = core::parse_duration("--timeout", v); });
+  tools::add_value(app, "--bind", "auto|core|none",
+                   "core: pin worker i to the i-th CPU kizuna-run may run on;\n"
+                   "none: leave placement to the scheduler; auto (default): core\n"
+                   "when the workers fit on those CPUs, else worker i to CPU i\n"
+                   "modulo their number",
+                   [&o](const std::string& v) {
+                     if (v == "auto") o.bind = RunOptions::Bind::Auto;
+                     else if (v == "core") o.bind = RunOptions::Bind::Core;
+                     else if (v == "none") o.bind = RunOptions::Bind::None;
+                     else throw UsageError("--bind " + v + ": expected auto, core or none");
+                   });
+  tools::add_help(app, "print this text");
 }
 
 }  // namespace
@@ -117,34 +162,15 @@ const char* usage_line() {
          "                  [--] program [args...]\n";
 }
 
-const char* help_text() {
+std::string help_text() {
+  CLI::App app;
+  RunOptions unused;
+  declare(app, unused);
   return "Starts `program` as the workers of a kizuna job on this node, as torchrun does for\n"
          "PyTorch: one kizuna-run per node, each starting --nproc-per-node workers.\n"
          "\n"
-         "options:\n"
-         "  --nproc-per-node N|auto  workers on this node (default 1). auto: the CPU cores this\n"
-         "                           process may run on; the GPUs instead when KIZUNA_DEVICE=cuda\n"
-         "                           and the NVIDIA driver lists some (CUDA_VISIBLE_DEVICES counts)\n"
-         "  --nnodes M               nodes in the job, one kizuna-run on each (default 1)\n"
-         "  --node-rank K            this node's index, 0 .. M-1 (default 0); node 0's kizuna-run\n"
-         "                           hosts the store\n"
-         "  --master-addr A          node 0's address, where the store listens (default 127.0.0.1;\n"
-         "                           required when M > 1)\n"
-         "  --master-port P          the store's port on node 0 (default: a free port the OS picks\n"
-         "                           with one node; 29500 with several)\n"
-         "  --max-restarts R         after a worker fails, restart this node's workers up to R\n"
-         "                           times; each round rendezvouses afresh (default 0)\n"
-         "  --log-dir DIR            write each rank's output (stdout and stderr) to DIR/rank<R>.log\n"
-         "                           instead of the console (default: the console only)\n"
-         "  --tee                    with --log-dir, print to the console as well (default off)\n"
-         "  --timeout S              deadline of the rendezvous between nodes (connecting, the\n"
-         "                           agreement check) and of the wait for the other nodes to\n"
-         "                           finish: seconds, or 500ms, 30s, 2m (default 300s)\n"
-         "  --bind auto|core|none    core: pin worker i to the i-th CPU kizuna-run may run on;\n"
-         "                           none: leave placement to the scheduler; auto (default): core\n"
-         "                           when the workers fit on those CPUs, else worker i to CPU i\n"
-         "                           modulo their number\n"
-         "  -h, --help               print this text\n"
+         "options:\n" +
+         tools::option_table(app, 27) +
          "\n"
          "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,\n"
          "MASTER_ADDR, MASTER_PORT, KIZUNA_STORE (the store kizuna-run hosts) and\n"
@@ -163,99 +189,34 @@ const char* help_text() {
 
 RunOptions parse_options(int argc, char** argv) {
   RunOptions o;
-  std::map<std::string, std::string> values;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      o.help = true;
-      return o;
-    }
-    if (arg.size() < 2 || arg[0] != '-') break;  // the program
-    if (arg.rfind("--", 0) != 0) throw UsageError("unknown option '" + arg + "'");
-    std::string value;
-    bool inline_value = false;
-    if (const auto eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      inline_value = true;
-    }
-    const std::string flag = canonical(arg);
-    if (flag == "--tee") {
-      if (inline_value) throw UsageError("--tee takes no value");
-      o.tee = true;
-      continue;
-    }
-    if (std::find(kValueFlags.begin(), kValueFlags.end(), flag) == kValueFlags.end())
-      throw UsageError("unknown option '" + arg + "'");
-    if (!inline_value) {
-      if (i + 1 >= argc) throw UsageError(flag + " needs a value");
-      value = argv[++i];
-    }
-    if (values.count(flag)) throw UsageError(flag + " is given twice");
-    values[flag] = value;
+  CLI::App app;
+  declare(app, o);
+  if (!tools::parse(app, argc, argv)) {
+    o.help = true;
+    return o;
   }
-  for (; i < argc; ++i) o.program.emplace_back(argv[i]);
+  // What the flags left: the program and its arguments, after "--" or from
+  // the first word that is no flag; or an unknown flag.
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  else if (!rest.empty() && rest.front().size() > 1 && rest.front().front() == '-')
+    throw UsageError(tools::unknown(rest.front()));
+  o.program = std::move(rest);
 
-  auto has = [&](const char* flag) { return values.count(flag) != 0; };
-  if (has("--nproc-per-node")) {
-    const std::string& v = values["--nproc-per-node"];
-    if (v == "auto") {
-      o.nproc_per_node = auto_nproc_per_node(o.nproc_source);
-    } else {
-      o.nproc_per_node = to_int("--nproc-per-node", v, 1, kMaxProcsPerNode);
-    }
-  }
-  if (has("--nnodes")) o.nnodes = to_int("--nnodes", values["--nnodes"], 1, kMaxNodes);
-  if (has("--node-rank")) o.node_rank = to_int("--node-rank", values["--node-rank"], 0, kMaxNodes - 1);
   if (o.node_rank >= o.nnodes)
     throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is not below --nnodes " +
                      std::to_string(o.nnodes));
-  if (has("--master-addr")) {
-    o.master_addr = values["--master-addr"];
-    if (o.master_addr.size() > 2 && o.master_addr.front() == '[' && o.master_addr.back() == ']')
-      o.master_addr = o.master_addr.substr(1, o.master_addr.size() - 2);
-    if (o.master_addr.empty()) throw UsageError("--master-addr is empty");
-  } else if (o.nnodes > 1) {
+  if (o.master_addr.empty() && o.nnodes > 1)
     throw UsageError("--master-addr is required with --nnodes " + std::to_string(o.nnodes) +
                      ": every node's kizuna-run must reach node 0's store");
-  }
-  if (has("--master-port")) {
-    o.master_port = to_int("--master-port", values["--master-port"], 0, 65535);
-    if (o.master_port == 0 && o.nnodes > 1)
-      throw UsageError("--master-port 0 cannot work with several nodes: the other nodes must know the port");
-  } else if (o.nnodes > 1) {
-    o.master_port = RunOptions::kDefaultMultiNodePort;
-  }
-  if (has("--max-restarts"))
-    o.max_restarts = to_int("--max-restarts", values["--max-restarts"], 0, kMaxRestarts);
-  if (has("--log-dir")) {
-    o.log_dir = values["--log-dir"];
-    if (o.log_dir.empty()) throw UsageError("--log-dir is empty");
-  }
+  if (o.master_port == 0 && o.nnodes > 1)
+    throw UsageError("--master-port 0 cannot work with several nodes: the other nodes must know the port");
+  if (o.master_port < 0 && o.nnodes > 1) o.master_port = RunOptions::kDefaultMultiNodePort;
   if (o.tee && o.log_dir.empty()) throw UsageError("--tee needs --log-dir (without it the console is the only output)");
-  if (has("--timeout")) {
-    try {
-      o.timeout = core::parse_duration("--timeout", values["--timeout"]);
-    } catch (const Error& e) {
-      throw UsageError(e.what());
-    }
-  }
-  if (has("--bind")) {
-    const std::string& v = values["--bind"];
-    if (v == "auto") o.bind = RunOptions::Bind::Auto;
-    else if (v == "core") o.bind = RunOptions::Bind::Core;
-    else if (v == "none") o.bind = RunOptions::Bind::None;
-    else throw UsageError("--bind " + v + ": expected auto, core or none");
-    const std::size_t cpus = allowed_cpus().size();
-    if (o.bind == RunOptions::Bind::Core && static_cast<std::size_t>(o.nproc_per_node) > cpus)
-      throw UsageError("--bind core: " + std::to_string(o.nproc_per_node) + " workers but only " +
-                       std::to_string(cpus) + " CPUs to bind them to (--bind none lets them share)");
-  }
+  const std::size_t cpus = allowed_cpus().size();
+  if (o.bind == RunOptions::Bind::Core && static_cast<std::size_t>(o.nproc_per_node) > cpus)
+    throw UsageError("--bind core: " + std::to_string(o.nproc_per_node) + " workers but only " +
+                     std::to_string(cpus) + " CPUs to bind them to (--bind none lets them share)");
   if (o.program.empty()) throw UsageError("no program to run");
   return o;
 }

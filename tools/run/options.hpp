@@ -2,24 +2,20 @@
 //
 // RunOptions is what the flags say, validated (ranges, --tee only with
 // --log-dir, --master-addr required with several nodes) with the defaults
-// filled in: --nproc-per-node auto already resolved to a count. parse()
-// throws UsageError on anything wrong; main prints it with the usage line
-// and exits 2. Flags take their value as the next argument or after '='
-// (--nnodes 2, --nnodes=2); torchrun's underscore spellings
-// (--nproc_per_node) are accepted too. The first argument that is not a flag,
-// or everything after "--", is the program and its arguments.
+// filled in: --nproc-per-node auto already resolved to a count. The flags
+// are parsed by CLI11 (common/cli.hpp); parse_options() throws
+// tools::UsageError on anything wrong, and main prints it with the usage
+// line and exits 2. Flags take their value as the next argument or after
+// '=' (--nnodes 2, --nnodes=2), each at most once; torchrun's underscore
+// spellings (--nproc_per_node) are accepted too. The first argument that is
+// not a flag, or everything after "--", is the program and its arguments.
 #pragma once
 
 #include <chrono>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace kizuna::run {
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct RunOptions {
   static constexpr int kDefaultMultiNodePort = 29500;
@@ -54,7 +50,7 @@ RunOptions parse_options(int argc, char** argv);
 const char* usage_line();
 // The --help text: every flag with its default, the variables workers get,
 // the exit status.
-const char* help_text();
+std::string help_text();
 
 // The value of --nproc-per-node auto: the CPU cores this process may run on,
 // or the NVIDIA GPUs when KIZUNA_DEVICE asks for cuda and the driver lists

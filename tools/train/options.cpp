@@ -1,8 +1,6 @@
 // tools/train/options.cpp: see options.hpp.
 #include "options.hpp"
 
-#include <kizuna/error.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -10,11 +8,14 @@
 #include <sstream>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "core/env.hpp"
 
 namespace kizuna::train {
 
 namespace {
+
+using tools::UsageError;
 
 struct Flag {
   const char* name;
@@ -147,6 +148,19 @@ const std::vector<Flag>& flags() {
   return table;
 }
 
+// The table on `app`, setting `o`; -h/--help last. Given twice, a flag's
+// last value counts.
+void declare(CLI::App& app, CliOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (const Flag& f : flags()) {
+    if (f.metavar)
+      tools::add_value(app, f.name, f.metavar, f.help, [&o, &f](const std::string& v) { f.set(o, v); });
+    else
+      tools::add_switch(app, f.name, f.help, [&o, &f] { f.set(o, ""); });
+  }
+  tools::add_help(app, "this text");
+}
+
 }  // namespace
 
 std::string usage_line() {
@@ -158,53 +172,23 @@ std::string usage_line() {
 }
 
 std::string help_text() {
-  std::ostringstream o;
-  o << "kizuna-train: an autograd-free MLP trained data-parallel with kizuna's DDP layer.\n"
-    << "Alone it trains on one rank; under kizuna-run, mpirun or srun every process is a rank.\n\n"
-    << usage_line() << "\n\n";
-  for (const Flag& f : flags()) {
-    std::string head = std::string("  ") + f.name + (f.metavar ? std::string(" ") + f.metavar : "");
-    if (head.size() < 33) head.resize(34, ' ');
-    else head += "\n" + std::string(34, ' ');
-    o << head << f.help << "\n";
-  }
-  o << "  -h, --help                      this text\n";
-  return o.str();
+  CLI::App app;
+  CliOptions unused;
+  declare(app, unused);
+  return "kizuna-train: an autograd-free MLP trained data-parallel with kizuna's DDP layer.\n"
+         "Alone it trains on one rank; under kizuna-run, mpirun or srun every process is a rank.\n\n" +
+         usage_line() + "\n\n" + tools::option_table(app, 34);
 }
 
 CliOptions parse_command_line(int argc, const char* const* argv) {
   CliOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      o.help = true;
-      return o;
-    }
-    std::string_view name = arg, value;
-    bool inline_value = false;
-    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inline_value = true;
-    }
-    const Flag* flag = nullptr;
-    for (const Flag& f : flags())
-      if (name == f.name) flag = &f;
-    if (!flag) throw UsageError("unknown argument '" + std::string(arg) + "'");
-    if (flag->metavar && !inline_value) {
-      if (i + 1 >= argc) throw UsageError(std::string(flag->name) + " needs a value (" + flag->metavar + ")");
-      value = argv[++i];
-    } else if (!flag->metavar && inline_value) {
-      throw UsageError(std::string(flag->name) + " takes no value");
-    }
-    try {
-      flag->set(o, value);
-    } catch (const UsageError&) {
-      throw;
-    } catch (const kizuna::Error& e) {
-      throw UsageError(std::string(flag->name) + ": " + e.what());
-    }
+  CLI::App app;
+  declare(app, o);
+  if (!tools::parse(app, argc, argv)) {
+    o.help = true;
+    return o;
   }
+  tools::reject_extras(app);
   o.random.seed = o.train.seed;
   if (!o.lr_given) o.train.lr = o.train.optimizer.kind == mlp::OptimizerKind::AdamW ? 1e-3f : 0.05f;
   if (o.resume && o.train.checkpoint.empty()) throw UsageError("--resume needs --checkpoint PATH");

@@ -1,22 +1,19 @@
 // tools/train/options.hpp: kizuna-train's command line.
 //
-// parse_command_line() fills CliOptions from argv: every flag takes its
-// value as the next argument or after '=' (--epochs=5); a bad flag or value
-// is a UsageError whose message names the flag and what it accepts. The
-// table in options.cpp is also the --help text, so the two never disagree.
+// parse_command_line() fills CliOptions from argv, parsed by CLI11
+// (common/cli.hpp): every flag takes its value as the next argument or after
+// '=' (--epochs=5), the last one counting when given twice; a bad flag or
+// value is a tools::UsageError whose message names the flag and what it
+// accepts. The table in options.cpp is also the --help text, so the two
+// never disagree.
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 
 #include "mlp/trainer.hpp"
 
 namespace kizuna::train {
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct CliOptions {
   mlp::TrainOptions train;
@@ -37,7 +34,7 @@ struct CliOptions {
   bool help = false;
 };
 
-// Throws UsageError; returns with help = true for -h/--help.
+// Throws tools::UsageError; returns with help = true for -h/--help.
 CliOptions parse_command_line(int argc, const char* const* argv);
 
 std::string usage_line();
