@@ -251,6 +251,7 @@ std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& l
   info.check = c.common.check;
   info.average = c.common.average;
   info.rank_lines = gather_rank_lines(comm, device_name(gpu), info.transport);
+  info.tuning = comm.tuning();
 
   const bool printing = comm.rank() == 0;
   // Rank 0 writes the results files. Whether it can is everyone's business:

@@ -23,6 +23,7 @@ std::string_view name(Collective c) {
 
 std::string_view name(Algorithm a) {
   switch (a) {
+    case Algorithm::Auto: return "auto";
     case Algorithm::Ring: return "ring";
     case Algorithm::Tree: return "tree";
     case Algorithm::OneShot: return "oneshot";
@@ -108,6 +109,7 @@ RankSchedule make_schedule(const ScheduleRequest& req) {
   KIZUNA_CHECK_ARG(req.rank >= 0 && req.rank < req.world_size, "rank ", req.rank,
                    " is out of range for world size ", req.world_size);
   KIZUNA_CHECK_ARG(req.elem_size > 0, "element size must be positive");
+  KIZUNA_CHECK_ARG(req.algorithm != Algorithm::Auto, "a schedule needs an algorithm, not auto");
   KIZUNA_CHECK_ARG(req.node_of.empty() || static_cast<int>(req.node_of.size()) == req.world_size,
                    "node map of ", req.node_of.size(), " ranks for world size ", req.world_size);
   RankSchedule out;

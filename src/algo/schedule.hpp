@@ -27,6 +27,8 @@
 // Schedules know nothing of sockets, shared memory or threads.
 #pragma once
 
+#include <kizuna/comm_options.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -52,8 +54,9 @@ enum class Collective : std::uint8_t {
 // cores). Doubling: recursive doubling, log2 N rounds in which pairs of
 // ranks swap and fold their whole buffers (all-reduce of small buffers).
 // Collectives that have no tree, one-shot, two-shot or doubling form run as
-// Ring.
-enum class Algorithm : std::uint8_t { Ring, Tree, OneShot, TwoShot, Doubling };
+// Ring. The public enum itself (kizuna/comm_options.hpp), whose Auto is not
+// a schedule: make_schedule() refuses it, the cost model never picks it.
+using Algorithm = ::kizuna::Algorithm;
 
 enum class StepOp : std::uint8_t { Send, Recv, RecvReduce, RecvReduceSend, RecvCopySend, Copy, LocalReduce };
 

@@ -224,18 +224,12 @@ bool Communicator::Impl::holds_result(const comm::Call& c) const {
 }
 
 // The algorithm of a call on the Schedule route: as forced, else the cost
-// model's. A forced algorithm that has no form for this collective runs
-// as Ring.
+// model's. A forced algorithm that has no form for this collective runs as
+// Ring.
 algo::Algorithm Communicator::Impl::choose(const comm::Call& c) const {
-  const bool all_reduce = c.collective == Collective::AllReduce;
-  switch (tuning.algorithm) {
-    case Algorithm::Ring: return algo::Algorithm::Ring;
-    case Algorithm::Tree: return algo::Algorithm::Tree;
-    case Algorithm::OneShot: return all_reduce ? algo::Algorithm::OneShot : algo::Algorithm::Ring;
-    case Algorithm::TwoShot: return all_reduce ? algo::Algorithm::TwoShot : algo::Algorithm::Ring;
-    case Algorithm::Doubling: return all_reduce ? algo::Algorithm::Doubling : algo::Algorithm::Ring;
-    case Algorithm::Auto: break;
-  }
+  const Algorithm forced = tuning.algorithm;
+  if (forced == Algorithm::Ring || forced == Algorithm::Tree) return forced;
+  if (forced != Algorithm::Auto) return c.collective == Collective::AllReduce ? forced : Algorithm::Ring;
   return algo::choose_algorithm(c.collective, c.bytes(), tuning.hierarchical ? topology.nodes : world, tuning.link,
                                 tuning.single_host);
 }

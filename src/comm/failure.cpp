@@ -92,7 +92,9 @@ void Communicator::Impl::fail(const Error& e) {
   KIZUNA_LOG(Error) << e.what();
   // The stuck-rank report: where this rank is, for the job's post-mortem
   // (kizuna-run gathers these lines).
-  if (e.code() == ErrorCode::Timeout) KIZUNA_LOG(Error) << report(4);
+  if (e.code() == ErrorCode::Timeout) {
+    KIZUNA_LOG(Error) << report(4);
+  }
   // The same, one machine-read line (kizuna-run's failure table reads it).
   std::string comm_field = name;
   std::replace(comm_field.begin(), comm_field.end(), ' ', '_');

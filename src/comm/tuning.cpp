@@ -26,9 +26,8 @@ std::string bytes_text(std::uint64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
-// Indexed by the enums' values, in their order.
+// Indexed by the enum's values, in their order.
 constexpr const char* kStoresText[] = {"auto", "cache", "stream"};
-constexpr const char* kAlgorithmText[] = {"auto", "ring", "tree", "oneshot", "twoshot", "doubling"};
 
 }  // namespace
 
@@ -114,7 +113,7 @@ std::string Tuning::describe() const {
       << (oversubscribed ? ", more ranks than cores" : ", a core per rank")
       << (shared_memory ? ", shared memory within a node" : ", TCP only") << (hierarchical ? ", hierarchical" : "")
       << "\n";
-  out << "  algorithm    " << kAlgorithmText[static_cast<int>(algorithm)] << "; link " << link.alpha_us << " us a round, "
+  out << "  algorithm    " << algo::name(algorithm) << "; link " << link.alpha_us << " us a round, "
       << 1e-3 / link.beta_us_per_byte << " GB/s, " << link.message_us << " us a further message";
   if (link.large_all_reduce_from != UINT64_MAX)
     out << "; " << algo::name(link.large_all_reduce) << " from " << bytes_text(link.large_all_reduce_from);

@@ -5,6 +5,7 @@
 // the size sweep and the table's number formats.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <kizuna/types.hpp>
 
@@ -21,7 +22,6 @@
 #include <vector>
 
 #include "core/reduce.hpp"
-#include "mini_json.hpp"
 #include "perf/collective.hpp"
 #include "perf/data.hpp"
 #include "perf/report.hpp"
@@ -160,29 +160,29 @@ TEST_CASE("kizuna-perf checks every collective as 2 and 4 threads", "[perf]") {
   }
 
   // The JSON file says what the table says.
-  const test::Json doc = test::JsonReader::parse(read_file(json));
-  CHECK(doc["tool"].string == "kizuna-perf");
-  CHECK(doc["collective"].string == collective);
-  CHECK(doc["world_size"].number == threads);
-  CHECK(doc["wrong"].number == 0);
-  REQUIRE(doc["results"].array.size() == rows.size());
+  const nlohmann::json doc = nlohmann::json::parse(read_file(json));
+  CHECK(doc.at("tool").get<std::string>() == "kizuna-perf");
+  CHECK(doc.at("collective").get<std::string>() == collective);
+  CHECK(doc.at("world_size").get<double>() == threads);
+  CHECK(doc.at("wrong").get<double>() == 0);
+  REQUIRE(doc.at("results").size() == rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const test::Json& res = doc["results"][i];
+    const nlohmann::json& res = doc.at("results").at(i);
     const auto& w = rows[i];
     INFO("row " << i);
-    CHECK(res["size"].number == std::stod(w[0]));
-    CHECK(res["count"].number == std::stod(w[1]));
-    CHECK(res["type"].string == w[2]);
-    CHECK(res["redop"].string == w[3]);
-    CHECK(res["root"].number == std::stod(w[4]));
-    CHECK(close_to(w[5], res["out_of_place"]["time_us"].number));
-    CHECK(close_to(w[6], res["out_of_place"]["algbw"].number));
-    CHECK(close_to(w[7], res["out_of_place"]["busbw"].number));
-    CHECK(res["out_of_place"]["wrong"].number == 0);
-    CHECK(close_to(w[9], res["in_place"]["time_us"].number));
-    CHECK(close_to(w[10], res["in_place"]["algbw"].number));
-    CHECK(close_to(w[11], res["in_place"]["busbw"].number));
-    CHECK(res["in_place"]["wrong"].number == 0);
+    CHECK(res.at("size").get<double>() == std::stod(w[0]));
+    CHECK(res.at("count").get<double>() == std::stod(w[1]));
+    CHECK(res.at("type").get<std::string>() == w[2]);
+    CHECK(res.at("redop").get<std::string>() == w[3]);
+    CHECK(res.at("root").get<double>() == std::stod(w[4]));
+    CHECK(close_to(w[5], res.at("out_of_place").at("time_us").get<double>()));
+    CHECK(close_to(w[6], res.at("out_of_place").at("algbw").get<double>()));
+    CHECK(close_to(w[7], res.at("out_of_place").at("busbw").get<double>()));
+    CHECK(res.at("out_of_place").at("wrong").get<double>() == 0);
+    CHECK(close_to(w[9], res.at("in_place").at("time_us").get<double>()));
+    CHECK(close_to(w[10], res.at("in_place").at("algbw").get<double>()));
+    CHECK(close_to(w[11], res.at("in_place").at("busbw").get<double>()));
+    CHECK(res.at("in_place").at("wrong").get<double>() == 0);
   }
 
   // The CSV file: a header and one line per row and placement, same figures.

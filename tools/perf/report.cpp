@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace kizuna::perf {
@@ -49,6 +50,11 @@ void Report::header() {
   std::fprintf(out_, "#\n# Using devices\n");
   for (const std::string& line : i.rank_lines) std::fprintf(out_, "%s\n", line.c_str());
   std::fprintf(out_, "#\n");
+  if (!i.tuning.empty()) {
+    std::istringstream lines(i.tuning);
+    for (std::string line; std::getline(lines, line);) std::fprintf(out_, "# %s\n", line.c_str());
+    std::fprintf(out_, "#\n");
+  }
   std::fprintf(out_,
                "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
                "          \n",
@@ -142,7 +148,7 @@ void Report::write_json(const std::string& path) const {
                        {"root", r.root},
                        {"out_of_place", json_of(r.out_of_place)},
                        {"in_place", json_of(r.in_place)}});
-  const Json doc = {{"tool", i.tool},
+  Json doc = {{"tool", i.tool},
                     {"collective", i.collective},
                     {"algorithm", i.algorithm},
                     {"transport", i.transport},
@@ -157,6 +163,7 @@ void Report::write_json(const std::string& path) const {
                     {"results", std::move(results)},
                     {"wrong", total_wrong()},
                     {"avg_busbw", average_busbw()}};
+  if (!i.tuning.empty()) doc["tuning"] = i.tuning;
   // Numbers that are not finite are written as null; bytes that are not
   // UTF-8 (a name from the environment) as U+FFFD.
   write_file(path, doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");

@@ -57,6 +57,10 @@ struct RunInfo {
   int check = 1;  // checks per result (0: none)
   int average = 1;
   std::vector<std::string> rank_lines;  // "#  Rank  0 Pid 123 on host ..." lines, one per rank
+  // kizuna-perf: the communicator's tuning table (Communicator::tuning()),
+  // printed in the header as comment lines and kept in the JSON; empty for
+  // the other tools.
+  std::string tuning;
 };
 
 // nccl-tests' spelling of kizuna's type names ("float32" -> "float").

@@ -30,7 +30,7 @@ struct SimCase {
 
 inline std::string describe(const SimCase& c) {
   std::ostringstream out;
-  out << name(c.collective) << " " << name(c.algorithm) << " world " << c.world << " count "
+  out << name(c.collective) << " " << algo::name(c.algorithm) << " world " << c.world << " count "
       << c.count << " " << name(c.dtype) << " " << name(c.op) << " slice " << c.slice_bytes
       << (c.in_place ? " in-place" : " out-of-place") << " root " << c.root << (c.confirm ? " confirmed" : "");
   if (!c.node_of.empty()) {
