@@ -88,6 +88,15 @@ void check_same_call(int r, const RegionCall& c, const RegionCall& mine, const c
                  name(static_cast<DataType>(mine.dtype)), ", ", name(static_cast<ReduceOp>(mine.op)), ")");
 }
 
+// A peer whose last call here is another one took another route for this
+// call (it met only for a placement probe, say): another call altogether.
+void check_same_seq(int r, const RegionCall& c, const RegionCall& mine, const RunLabel& label) {
+  if (c.seq != mine.seq)
+    KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is not in call #", mine.seq,
+                 " on symmetric memory (its last call here is #", c.seq,
+                 "): it made another call, which took another route");
+}
+
 }  // namespace
 
 SymmetricMemory::SymmetricMemory(SymmetricSetup setup) : setup_(std::move(setup)) {}
@@ -280,6 +289,7 @@ void SymmetricMemory::wait_for_all(std::uint64_t phase, Clock::time_point deadli
 void SymmetricMemory::check_staged_calls(const RegionCall& mine, const RunLabel& label) const {
   for (int r = 0; r < setup_.world; ++r) {
     const RegionCall c = sync_[r].header()->call;
+    check_same_seq(r, c, mine, label);
     if (c.input_region != kStagedCall)
       KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq,
                    " on symmetric memory with buffers of that kind, where this rank's buffers are private and staged");
@@ -294,6 +304,7 @@ void SymmetricMemory::check_calls(const RegionCall& mine, const RunLabel& label,
   const std::uint64_t bytes = mine.count * size_of(static_cast<DataType>(mine.dtype));
   for (int r = 0; r < setup_.world; ++r) {
     const RegionCall c = sync_[r].header()->call;
+    check_same_seq(r, c, mine, label);
     if (c.input_region == kStagedCall)
       KIZUNA_THROW(ErrorCode::Mismatch, label.str(), ": rank ", r, " is in call #", c.seq,
                    " with private buffers, staged, where this rank's buffers are symmetric memory");
