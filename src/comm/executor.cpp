@@ -126,6 +126,42 @@ void Executor::check_peers() {
   }
 }
 
+void Executor::timed_out(Clock::time_point now, int awaiting) const {
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
+  if (awaiting >= 0)
+    KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms waiting for rank ", awaiting, " in ",
+                 label_->str(), ", step ", step_ + 1, " of ", steps_, last_heard(awaiting));
+  KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms in ", label_->str(), ", step ", step_ + 1,
+               " of ", steps_);
+}
+
+void Executor::sleep_a_while(Clock::time_point now) {
+  std::vector<pollfd> fds;
+  bool shm_busy = false;
+  for (transport::Link* link : links_) {
+    if (link == nullptr) continue;
+    if (link->uses_doorbell()) {
+      shm_busy |= link == recv_link_ || !link->send_idle();
+      continue;
+    }
+    const short events = link->wait_events();
+    if (events != 0 && link->wait_fd() >= 0) fds.push_back({link->wait_fd(), events, 0});
+  }
+  const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - now).count();
+  if (!fds.empty()) {
+    // Sockets and shared memory both busy: poll briefly and look again.
+    const int timeout_ms = static_cast<int>(std::min<long long>(left_ms + 1, shm_busy ? 1 : 100));
+    if (::poll(fds.data(), fds.size(), timeout_ms) == 0 && !shm_busy) {
+      KIZUNA_LOG(Debug) << label_->str() << ": no progress for " << timeout_ms << " ms at step " << step_ + 1
+                        << " of " << steps_;
+    }
+  } else if (shm_busy && doorbell_ != nullptr) {
+    check_peers();
+    const auto nap = std::chrono::microseconds(std::min<long long>(left_ms + 1, 50) * 1000);
+    transport::shm::doorbell_sleep(doorbell_, [this] { return progress_busy(); }, nap);
+  }
+}
+
 template <typename Done>
 bool Executor::wait_until(Done&& done, int awaiting) {
   Clock::time_point spin_until, yield_until, next_yield;
@@ -133,7 +169,6 @@ bool Executor::wait_until(Done&& done, int awaiting) {
   bool announced = false;
   bool yielding = false;  // past the spin: look at the clock on every round
   bool slept = false;     // since anything moved: the spin and the yields are over
-  std::vector<pollfd> fds;
   // The clock costs tens of nanoseconds here (a virtual machine's): while
   // spinning, look at it only every kClockEvery idle rounds.
   constexpr int kClockEvery = 16;
@@ -157,14 +192,7 @@ bool Executor::wait_until(Done&& done, int awaiting) {
       next_yield = now + kSpinYieldEvery;
       if (patience_ != kHoldOn && yield_at_ == Clock::time_point::max()) yield_at_ = now + patience_;
     }
-    if (now >= deadline_) {
-      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count();
-      if (awaiting >= 0)
-        KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms waiting for rank ", awaiting,
-                     " in ", label_->str(), ", step ", step_ + 1, " of ", steps_, last_heard(awaiting));
-      KIZUNA_THROW(ErrorCode::Timeout, "timed out after ", waited, " ms in ", label_->str(), ", step ",
-                   step_ + 1, " of ", steps_);
-    }
+    if (now >= deadline_) timed_out(now, awaiting);
     // A caller that must not be held (see start()) yields instead of sleeping.
     if (now >= yield_at_) return false;
     if (now < spin_until) {
@@ -192,30 +220,7 @@ bool Executor::wait_until(Done&& done, int awaiting) {
       live_->asleep_since(now);
       announced = true;
     }
-    fds.clear();
-    bool shm_busy = false;
-    for (transport::Link* link : links_) {
-      if (link == nullptr) continue;
-      if (link->uses_doorbell()) {
-        shm_busy |= link == recv_link_ || !link->send_idle();
-        continue;
-      }
-      const short events = link->wait_events();
-      if (events != 0 && link->wait_fd() >= 0) fds.push_back({link->wait_fd(), events, 0});
-    }
-    const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - now).count();
-    if (!fds.empty()) {
-      // Sockets and shared memory both busy: poll briefly and look again.
-      const int timeout_ms = static_cast<int>(std::min<long long>(left_ms + 1, shm_busy ? 1 : 100));
-      if (::poll(fds.data(), fds.size(), timeout_ms) == 0 && !shm_busy) {
-        KIZUNA_LOG(Debug) << label_->str() << ": no progress for " << timeout_ms << " ms at step " << step_ + 1
-                          << " of " << steps_;
-      }
-    } else if (shm_busy && doorbell_ != nullptr) {
-      check_peers();
-      const auto nap = std::chrono::microseconds(std::min<long long>(left_ms + 1, 50) * 1000);
-      transport::shm::doorbell_sleep(doorbell_, [this] { return progress_busy(); }, nap);
-    }
+    sleep_a_while(now);
     idle = 0;
     yielding = false;
     slept = true;

@@ -133,6 +133,11 @@ class Executor {
   // for (-1: any), for the error message.
   template <typename Done>
   bool wait_until(Done&& done, int awaiting);
+  // The Timeout of a wait for `awaiting` (-1: any) at `now`.
+  [[noreturn, gnu::cold]] void timed_out(Clock::time_point now, int awaiting) const;
+  // Nothing moves: sleeps until a busy link can (poll() on sockets, the
+  // doorbell for shared memory), briefly, or until the deadline.
+  void sleep_a_while(Clock::time_point now);
   // progress() on every busy link; true if anything moved.
   bool progress_busy();
   // check_peer() on every shared-memory link (before sleeping).
