@@ -203,15 +203,13 @@ void Communicator::Impl::make_work(const std::shared_ptr<Task>& task) {
 // come (comm::runs_in_caller): the caller runs it here, without the queue,
 // the worker or a Work to allocate, as a blocking library would.
 std::optional<Work> Communicator::Impl::try_direct(Task& t) {
-  if (t.call.kind != comm::CallKind::Collective || tuning.check || t.call.bytes() > tuning.direct_bytes)
-    return std::nullopt;
   // A call whose route could not run here however the CPUs are placed is
-  // queued at once, without the executor's lock.
+  // queued at once, without the executor's lock. Near is the placement to
+  // ask: it can only turn a staged call into one through the slots.
   const comm::CallShape shape{t.call.kind, t.call.collective, t.call.bytes()};
-  const auto possible = [&](comm::Placement p) {
-    return comm::runs_in_caller(comm::choose_route(shape, t.buffers, p, paths, tuning), shape.bytes, false, tuning);
-  };
-  if (!possible(comm::Placement::Far) && !possible(comm::Placement::Near)) return std::nullopt;
+  if (!comm::runs_in_caller(comm::choose_route(shape, t.buffers, comm::Placement::Near, paths, tuning), shape.bytes,
+                            false, tuning))
+    return std::nullopt;
   if (holding_exec == this) return std::nullopt;  // from a callback: queued, and run by its wait
   std::unique_lock exec = take_exec_briefly();
   if (!exec) return std::nullopt;
