@@ -11,6 +11,10 @@
 #   make bench-compare  build, then kizuna vs Gloo vs Open MPI in one run
 #                  (scripts/bench_compare.sh): raw results, report.md and
 #                  plots/ in $(BUILD)/bench-compare/ (a long run)
+#   make bench-auto build, then auto against every forced algorithm and route,
+#                  after calibrating a tuning profile (scripts/bench_auto.sh):
+#                  report.md in $(BUILD)/bench-auto/ (a long run)
+#   make bench-auto-doc put that report into docs/performance.md
 #   make bench-doc rewrite the generated part of docs/performance.md and the
 #                  plots in docs/plots/ from the results in
 #                  $(BUILD)/bench-compare/ (running bench-compare first
@@ -41,7 +45,7 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 SOAK_SECONDS ?= 600
 
-.PHONY: all deps configure build test demo bench bench-compare bench-doc install clean
+.PHONY: all deps configure build test demo bench bench-compare bench-doc bench-auto bench-auto-doc install clean
 .PHONY: fuzz soak
 .PHONY: test-asan test-ubsan test-tsan
 
@@ -67,6 +71,13 @@ bench: build
 
 bench-compare: build
 	@scripts/bench_compare.sh $(BUILD)
+
+bench-auto: build
+	@scripts/bench_auto.sh $(BUILD)
+
+bench-auto-doc:
+	@ls $(BUILD)/bench-auto/*.json >/dev/null 2>&1 || $(MAKE) bench-auto
+	@scripts/bench_auto.sh --doc $(BUILD)
 
 bench-doc:
 	@ls $(BUILD)/bench-compare/*.json >/dev/null 2>&1 || $(MAKE) bench-compare

@@ -5,6 +5,7 @@
 //   mpirun -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 kizuna-perf ...
 //   kizuna-perf --threads 4 -b 8 -e 64M -f 2                      ranks as threads
 //   kizuna-run -n 4 kizuna-perf --device cuda -b 8 -e 1G -f 2       GPU buffers
+//   kizuna-run -n 4 kizuna-perf --calibrate tuning.txt              a tuning profile
 //
 // Each size is one row: size, count, type, redop, root, then time (us),
 // algbw and busbw (GB/s) and #wrong for out-of-place and for in-place
@@ -44,6 +45,7 @@
 #include "core/env.hpp"
 #include "core/launch_env.hpp"
 #include "perf/args.hpp"
+#include "perf/calibration.hpp"
 #include "perf/device_memory.hpp"
 #include "perf/driver.hpp"
 
@@ -105,6 +107,7 @@ struct Options {
   int threads = 0;        // 0: ranks are processes
   bool cuda = false;      // --device cuda: buffers on the GPU, calls on a stream
   bool symmetric = false; // -R 2: buffers in symmetric memory
+  std::string calibrate;  // --calibrate FILE: measure the candidates, write a tuning profile
 };
 
 std::vector<DataType> parse_types(std::string_view text) {
@@ -184,7 +187,26 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
           [&](std::string_view v) { o.threads = static_cast<int>(core::parse_int("--threads", v, 1, 1024)); });
   p.value("-g", "--ngpus", "1", "devices per rank: always 1 (nccl-tests' flag, accepted for its command lines)",
           [&](std::string_view v) { core::parse_int("-g", v, 1, 1); });
+  p.value("", "--calibrate", "FILE",
+          "measure every way an all-reduce can go here (each algorithm, the mailboxes, the staged and, with "
+          "-R 2, the symmetric route) over the sweep (without -b/-e: 8 B .. 64 MiB, -f 2) and add the "
+          "result to the tuning profile FILE, which KIZUNA_TUNING_FILE loads (docs/tuning.md#tuner)",
+          [&](std::string_view v) {
+            if (v.empty()) throw UsageError("--calibrate needs a file name");
+            o.calibrate = std::string(v);
+          });
   if (!p.parse(argc, argv)) return false;
+  if (!o.calibrate.empty()) {
+    if (o.algorithm_value != Algorithm::Auto) throw UsageError("--calibrate measures every algorithm: drop --algo");
+    if (o.cuda) throw UsageError("--calibrate measures host buffers: drop --device cuda");
+    if (c.collective != Collective::AllReduce) throw UsageError("--calibrate measures all_reduce: drop --collective");
+    const CommonOptions untouched;
+    if (c.common.min_bytes == untouched.min_bytes && c.common.max_bytes == untouched.max_bytes) {
+      c.common.min_bytes = 8;
+      c.common.max_bytes = 64ull << 20;
+      if (c.common.step_factor == 1) c.common.step_factor = 2;
+    }
+  }
   validate(c.common);
   // nccl-tests' command lines say -t 1 under mpirun: one thread per process.
   // Here --threads N makes a world of its own, which under a launcher would
@@ -221,6 +243,14 @@ int gpu_for(const Options& o, int local_rank) {
 
 // The communicator's device for `gpu`: "cpu" or "cuda:N".
 std::string device_name(int gpu) { return gpu < 0 ? "cpu" : "cuda:" + std::to_string(gpu); }
+
+CalibrationArgs calibration_args(const Options& o) {
+  CalibrationArgs args;
+  args.path = o.calibrate;
+  args.sizes = o.config.common.sizes();
+  args.symmetric = o.symmetric;
+  return args;
+}
 
 // One rank's whole run; returns the wrong elements over every rank.
 std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& launcher,
@@ -297,6 +327,7 @@ int run_processes(const Options& o) {
   options.algorithm = o.algorithm_value;
   const int gpu = gpu_for(o, launch.local_rank);
   options.device = device_name(gpu);
+  if (!o.calibrate.empty()) return run_calibration(options, calibration_args(o));
   const auto comm = Communicator::create(options);
   return run_rank(*comm, o, launch.source, gpu) ? 1 : 0;
 }
@@ -330,6 +361,10 @@ int run_threads(const Options& o) {
         options.algorithm = o.algorithm_value;
         const int gpu = gpu_for(o, r);
         options.device = device_name(gpu);
+        if (!o.calibrate.empty()) {
+          wrong[r] = run_calibration(options, calibration_args(o));
+          return;
+        }
         auto comm = Communicator::create(options);
         {
           std::lock_guard<std::mutex> lock(mutex);

@@ -66,6 +66,10 @@ struct CommOptions {
   // every rank shares one node; 0 turns them off. Unset:
   // KIZUNA_MAILBOX_UPTO (default: by measurement, see docs/env.md).
   std::optional<std::size_t> mailbox_upto;
+  // A tuning profile written by kizuna-perf --calibrate (docs/tuning.md#tuner):
+  // rank 0's is read and shared with every rank at creation; the others'
+  // are ignored. Empty: KIZUNA_TUNING_FILE (default none).
+  std::string tuning_file;
   // Exchange call fingerprints before each collective; unset: KIZUNA_CHECK.
   std::optional<bool> check;
   // Where the buffers of stream calls live: "cpu", "cuda" (the GPU

@@ -102,6 +102,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   int world = 1;
   std::string name;
   comm::Tuning tuning;
+  comm::ProfileKey profile_key;  // which section of a tuning profile fits (buffers: private)
   comm::Topology topology;
   std::unique_ptr<comm::ShmSegments> shm;  // before links: it must outlive them
   std::vector<std::unique_ptr<transport::Link>> links;
@@ -116,7 +117,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::uint64_t dump_handle = 0;
   int split_count = 0;
 
-  static std::shared_ptr<Impl> create(const CommOptions& options);
+  // `profile`: whether rank 0's tuning profile may decide (false while
+  // calibrating, whose communicators each force one candidate).
+  static std::shared_ptr<Impl> create(const CommOptions& options, bool profile = true);
   void set_up_executor();
   void set_up_node_memory(const comm::NodeWait& wait, Clock::time_point deadline);
   void set_up_device(Clock::duration setup);
@@ -191,6 +194,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     int root = 0;
     std::uint64_t count = 0;
     std::size_t elem = 0;
+    comm::Buffers buffers = comm::Buffers::Host;  // whose table chose (comm/route.hpp)
     algo::Algorithm algorithm = algo::Algorithm::Ring;
     std::shared_ptr<const algo::RankSchedule> schedule;  // null: no plan yet
   } last_plan;
@@ -207,7 +211,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   bool run_schedule(Task& t, Clock::duration patience);
   void run_p2p(Task& t, Clock::time_point deadline);
   void finish_collective(const Task& t);
-  algo::Algorithm choose(const comm::Call& call) const;
+  algo::Algorithm choose(const comm::Call& call, comm::Buffers buffers) const;
   algo::ScheduleRequest request_for(const comm::Call& call, algo::Algorithm a, std::uint64_t count) const;
   static ScheduleKey schedule_key(const algo::ScheduleRequest& req);
   std::shared_ptr<const algo::RankSchedule> schedule_for(const algo::ScheduleRequest& req);

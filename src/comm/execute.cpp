@@ -172,9 +172,10 @@ bool Communicator::Impl::run_schedule(Task& t, Clock::duration patience) {
   const comm::Call& c = t.call;
   const std::size_t elem = size_of(c.dtype);
   Plan& p = last_plan;
-  if (!p.schedule || p.collective != c.collective || p.root != c.root || p.count != c.count || p.elem != elem) {
-    const algo::ScheduleRequest req = request_for(c, choose(c), c.count);
-    p = Plan{c.collective, c.root, c.count, elem, req.algorithm, schedule_for(req)};
+  if (!p.schedule || p.collective != c.collective || p.root != c.root || p.count != c.count || p.elem != elem ||
+      p.buffers != t.buffers) {
+    const algo::ScheduleRequest req = request_for(c, choose(c, t.buffers), c.count);
+    p = Plan{c.collective, c.root, c.count, elem, t.buffers, req.algorithm, schedule_for(req)};
   }
   t.label = label(t, algo::name(p.algorithm));
   // The slots write as the placement probe last told: a call over them
@@ -223,13 +224,15 @@ bool Communicator::Impl::holds_result(const comm::Call& c) const {
          (c.collective == Collective::Reduce && rank == c.root);
 }
 
-// The algorithm of a call on the Schedule route: as forced, else the cost
-// model's. A forced algorithm that has no form for this collective runs as
-// Ring.
-algo::Algorithm Communicator::Impl::choose(const comm::Call& c) const {
+// The algorithm of a call on the Schedule route: as forced, else a measured
+// profile's (docs/tuning.md#tuner), else the cost model's. A forced
+// algorithm that has no form for this collective runs as Ring.
+algo::Algorithm Communicator::Impl::choose(const comm::Call& c, comm::Buffers buffers) const {
   const Algorithm forced = tuning.algorithm;
   if (forced == Algorithm::Ring || forced == Algorithm::Tree) return forced;
   if (forced != Algorithm::Auto) return c.collective == Collective::AllReduce ? forced : Algorithm::Ring;
+  if (c.collective == Collective::AllReduce)
+    if (const auto measured = comm::profiled_algorithm(c.bytes(), buffers, tuning)) return *measured;
   return algo::choose_algorithm(c.collective, c.bytes(), tuning.hierarchical ? topology.nodes : world, tuning.link,
                                 tuning.single_host);
 }

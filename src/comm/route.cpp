@@ -15,6 +15,36 @@ std::string_view name(Route route) {
   return "?";
 }
 
+namespace {
+
+const std::vector<Band>* bands_for(Buffers buffers, const Tuning& tuning) {
+  const std::vector<Band>& bands = buffers == Buffers::Symmetric ? tuning.symmetric_bands : tuning.private_bands;
+  return bands.empty() || buffers == Buffers::Device ? nullptr : &bands;
+}
+
+// docs/tuning.md#tuner: the measured choice, where its route exists here.
+std::optional<Route> profiled_route(const CallShape& call, Buffers buffers, const Paths& paths, const Tuning& tuning) {
+  const std::vector<Band>* bands = bands_for(buffers, tuning);
+  if (!bands || buffers == Buffers::Staging) return std::nullopt;
+  switch (pick(*bands, call.bytes)) {
+    case Candidate::Mailbox:
+      if (paths.mailbox && call.bytes <= tuning.mailbox_upto) return Route::Mailbox;
+      return std::nullopt;
+    case Candidate::Staged: return paths.staging ? std::optional(Route::Staged) : std::nullopt;
+    case Candidate::Symmetric: return buffers == Buffers::Symmetric ? std::optional(Route::Symmetric) : std::nullopt;
+    default: return Route::Schedule;
+  }
+}
+
+}  // namespace
+
+std::optional<Algorithm> profiled_algorithm(std::size_t bytes, Buffers buffers, const Tuning& tuning) {
+  const std::vector<Band>* bands = bands_for(buffers, tuning);
+  if (!bands || tuning.algorithm != Algorithm::Auto) return std::nullopt;
+  const Candidate c = pick(*bands, bytes);
+  return is_schedule(c) ? std::optional(algorithm_of(c)) : std::nullopt;
+}
+
 Route choose_route(const CallShape& call, Buffers buffers, Placement placement, const Paths& paths,
                    const Tuning& tuning) {
   if (call.kind != CallKind::Collective) return buffers == Buffers::Device ? Route::DeviceStaged : Route::PointToPoint;
@@ -24,6 +54,7 @@ Route choose_route(const CallShape& call, Buffers buffers, Placement placement, 
   const bool mailbox = paths.mailbox && tuning.mailbox_upto > 0;
   if (call.collective == algo::Collective::Barrier) return mailbox ? Route::Mailbox : Route::Schedule;
   if (call.collective != algo::Collective::AllReduce) return Route::Schedule;
+  if (const std::optional<Route> measured = profiled_route(call, buffers, paths, tuning)) return *measured;
   // docs/tuning.md#symmetric-from
   if (buffers == Buffers::Symmetric && call.bytes >= tuning.symmetric_from) return Route::Symmetric;
   // docs/tuning.md#staged-from; a device call's parts are staged already.

@@ -35,11 +35,15 @@
 // lock, after the common pre-step (its sequence number, and with
 // KIZUNA_CHECK=1 the fingerprint exchange), so that no route-specific
 // meeting (a placement probe, a staging round) can come before the check.
+// With a measured profile (comm/profile.hpp), its table decides an
+// all-reduce's route and algorithm by size and buffers' kind, where the
+// route it names exists; otherwise the thresholds below do.
 // tests/unit/comm/test_route.cpp pins the table; docs/architecture.md draws it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "algo/schedule.hpp"
@@ -75,6 +79,11 @@ struct Paths {
 
 Route choose_route(const CallShape& call, Buffers buffers, Placement placement, const Paths& paths,
                    const Tuning& tuning);
+
+// The algorithm a measured profile gives an all-reduce of `bytes` on the
+// Schedule route (docs/tuning.md#tuner); none where it has no say (no
+// profile, device buffers, or a candidate that is not a schedule).
+std::optional<Algorithm> profiled_algorithm(std::size_t bytes, Buffers buffers, const Tuning& tuning);
 
 // Whether a caller that waits for its call at once may run it itself,
 // without the queue (comm/dispatch): only the routes that never sleep

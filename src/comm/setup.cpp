@@ -6,7 +6,11 @@
 #include <kizuna/prefix_store.hpp>
 #include <kizuna/tcp_store.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "comm/comm_impl.hpp"
 #include "comm/signal_dump.hpp"
@@ -53,9 +57,64 @@ std::string choose_local_address(Store* store) {
   return transport::local_address_for(towards, core::Env::get().socket_ifname);
 }
 
+// Rank 0's profile (docs/tuning.md#tuner), as the text every rank parses:
+// "none", "error <why>", or "file <path>" and the sections of the file that
+// fit this communicator (any buffers).
+std::string load_profile(const std::string& path, const comm::ProfileKey& fits) {
+  if (path.empty()) return "none";
+  try {
+    std::ifstream in(path);
+    if (!in) KIZUNA_THROW(ErrorCode::InvalidArgument, "tuning profile ", path, " (KIZUNA_TUNING_FILE): cannot read it: ",
+                          std::strerror(errno));
+    std::stringstream text;
+    text << in.rdbuf();
+    const comm::Profile all = comm::Profile::parse(text.str(), path);
+    comm::Profile mine;
+    for (const comm::ProfileSection& s : all.sections) {
+      comm::ProfileKey k = s.key;
+      k.symmetric = fits.symmetric;
+      if (k == fits) mine.sections.push_back(s);
+    }
+    if (mine.sections.empty()) {
+      const std::string what = comm::describe(fits);
+      KIZUNA_LOG(Warn) << "tuning profile " << path << " has no section for " << what.substr(0, what.find(" buffers="))
+                       << "; the built-in rules decide (kizuna-perf --calibrate measures one)";
+      return "none";
+    }
+    return "file " + path + "\n" + mine.text();
+  } catch (const Error& e) {
+    return std::string("error ") + e.what();
+  }
+}
+
+// Rank 0 hands its profile, or why it has none, to every rank through the
+// store: all decide from the same figures, or all fail alike.
+comm::Profile share_profile(Store& store, const std::string& name, int rank, int world, const std::string& path,
+                            const comm::ProfileKey& fits, std::chrono::milliseconds timeout) {
+  const std::string key = name + "/tuning-profile";
+  std::string text;
+  if (rank == 0) {
+    text = load_profile(path, fits);
+    if (world > 1) store.set(key, Bytes(text.begin(), text.end()));
+  } else {
+    const Bytes got = store.get(key, timeout);
+    text.assign(got.begin(), got.end());
+  }
+  if (text.rfind("error ", 0) == 0) {
+    KIZUNA_THROW(ErrorCode::InvalidArgument, rank == 0 ? "" : "rank 0's ", text.substr(6));
+  }
+  comm::Profile profile;
+  if (text.rfind("file ", 0) != 0) return profile;
+  const std::size_t eol = text.find('\n');
+  const std::string source = text.substr(5, eol - 5);
+  profile = comm::Profile::parse(std::string_view(text).substr(eol + 1), source);
+  profile.source = source;
+  return profile;
+}
+
 }  // namespace
 
-std::shared_ptr<Communicator::Impl> Communicator::Impl::create(const CommOptions& options) {
+std::shared_ptr<Communicator::Impl> Communicator::Impl::create(const CommOptions& options, bool use_profile) {
   KIZUNA_CHECK_ARG(options.store != nullptr, "CommOptions.store is null");
   KIZUNA_CHECK_ARG(options.world_size >= 1, "CommOptions.world_size is ", options.world_size,
                    "; it must be at least 1");
@@ -92,7 +151,11 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create(const CommOptions
   facts.tcp_congestion = connected.tcp_congestion;
   facts.asymmetric_fence = core::asymmetric_fence_available();
   facts.mailbox_capacity = comm::Mailbox::capacity();
-  impl->tuning = comm::make_tuning(settings, facts);
+  impl->profile_key = {facts.world, facts.nodes, facts.local_ranks, settings.transport != Transport::Tcp, false};
+  const comm::Profile profile =
+      share_profile(*options.store, impl->name, impl->rank, impl->world, use_profile ? settings.tuning_file : "",
+                    impl->profile_key, std::chrono::duration_cast<std::chrono::milliseconds>(setup));
+  impl->tuning = comm::make_tuning(settings, facts, profile.sections.empty() ? nullptr : &profile);
   const comm::Tuning& tuning = impl->tuning;
   KIZUNA_LOG(Info) << "communicator " << impl->name << ", rank " << impl->rank << " of " << impl->world << ", "
                    << tuning.describe();

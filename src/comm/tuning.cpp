@@ -1,5 +1,6 @@
 #include "comm/tuning.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "comm/mailbox.hpp"
@@ -50,10 +51,65 @@ Settings settings_from(const CommOptions& options, const core::Env& env) {
                  : core::parse_staged_stores("CommOptions.staged_stores", options.staged_stores);
   s.spin_us = int_or_auto(env.spin_us);
   s.yield_us = int_or_auto(env.yield_us);
+  s.tuning_file = options.tuning_file.empty() ? env.tuning_file : options.tuning_file;
   return s;
 }
 
-Tuning make_tuning(const Settings& s, const Facts& f) {
+namespace {
+
+// Where the tables of private and of symmetric buffers first part: from
+// there, a call on symmetric memory is looked up as such (classify pins its
+// buffers); below, both tables agree and it runs as a private one.
+std::size_t parting(const std::vector<Band>& priv, const std::vector<Band>& sym) {
+  if (priv.empty()) return 0;
+  std::vector<std::uint64_t> starts;
+  for (const Band& b : priv) starts.push_back(b.from);
+  for (const Band& b : sym) starts.push_back(b.from);
+  std::sort(starts.begin(), starts.end());
+  for (std::uint64_t from : starts)
+    if (pick(priv, from) != pick(sym, from)) return from;
+  return SIZE_MAX;
+}
+
+// docs/tuning.md#tuner: the section of these facts decides the all-reduce's
+// route and algorithm, and the link model is fitted to it; a route
+// threshold the user set keeps the rules instead.
+void apply_profile(Tuning& t, const Settings& s, const Facts& f, const Profile* profile) {
+  if (!profile || t.algorithm != Algorithm::Auto) return;
+  ProfileKey key{f.world, f.nodes, f.local_ranks, t.shared_memory, false};
+  const ProfileSection* priv = profile->find(key);
+  key.symmetric = true;
+  const ProfileSection* sym = profile->find(key);
+  if (!priv && !sym) return;
+  t.profile = profile->source;
+  t.link = fit_link(priv ? *priv : *sym, t.link);
+  if (s.mailbox_upto || s.staged_from || s.symmetric_from) return;
+  auto allowed = [&t](bool symmetric) {
+    return [&t, symmetric](Candidate c, std::uint64_t bytes) {
+      switch (c) {
+        case Candidate::Mailbox: return t.node_memory && bytes <= t.mailbox_upto;
+        case Candidate::Staged: return t.node_memory && t.staging_bytes > 0;
+        case Candidate::Symmetric: return t.node_memory && symmetric;
+        case Candidate::OneShot:
+        case Candidate::TwoShot: return t.single_host;
+        default: return true;
+      }
+    };
+  };
+  if (priv) t.private_bands = decide(*priv, allowed(false));
+  if (sym) t.symmetric_bands = decide(*sym, allowed(true));
+  if (!t.symmetric_bands.empty()) t.symmetric_from = parting(t.private_bands, t.symmetric_bands);
+}
+
+std::string bands_text(const std::vector<Band>& bands) {
+  std::string out;
+  for (const Band& b : bands) out += (out.empty() ? "" : ", ") + std::string(name(b.candidate)) + " from " + bytes_text(b.from);
+  return out;
+}
+
+}  // namespace
+
+Tuning make_tuning(const Settings& s, const Facts& f, const Profile* profile) {
   Tuning t;
   t.shared_memory = s.transport != Transport::Tcp;
   t.single_host = f.nodes == 1;
@@ -103,6 +159,7 @@ Tuning make_tuning(const Settings& s, const Facts& f) {
   t.slots_stream = s.stores == core::StagedStores::Stream ||
                    (s.stores == core::StagedStores::Auto && t.oversubscribed);
   t.slots_follow_probe = t.node_memory && s.stores == core::StagedStores::Auto && !t.oversubscribed;
+  apply_profile(t, s, f, profile);
   return t;
 }
 
@@ -118,6 +175,11 @@ std::string Tuning::describe() const {
   if (link.large_all_reduce_from != UINT64_MAX)
     out << "; " << algo::name(link.large_all_reduce) << " from " << bytes_text(link.large_all_reduce_from);
   out << "; slices of " << bytes_text(slice_bytes) << "\n";
+  if (!profile.empty()) {
+    out << "  profile      " << profile << (private_bands.empty() && symmetric_bands.empty() ? " (link only: a route threshold is set)" : "") << "\n";
+    if (!private_bands.empty()) out << "    private    " << bands_text(private_bands) << "\n";
+    if (!symmetric_bands.empty()) out << "    symmetric  " << bands_text(symmetric_bands) << "\n";
+  }
   if (node_memory) {
     out << "  mailbox      up to " << bytes_text(mailbox_upto) << "\n";
     out << "  symmetric    from " << bytes_text(symmetric_from) << "\n";

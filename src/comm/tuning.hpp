@@ -1,16 +1,20 @@
 // comm/tuning.hpp: every number that steers a communicator's routes and
 // paces, in one place.
 //
-// A communicator builds its Tuning once, at creation, from two inputs:
+// A communicator builds its Tuning once, at creation, from these inputs:
 //   Settings  what the user asked for: CommOptions over the KIZUNA_*
 //             variables (core/env.hpp), resolved and validated before any
 //             rank waits on another (settings_from);
 //   Facts     what every rank of the communicator knows alike once it is
 //             connected: the world, its nodes, ranks per node against
-//             cores, the transport, the congestion control of its sockets.
-// make_tuning() is a pure function of the two, so every rank that was given
-// the same settings derives the same table, and tests pin it as a table.
-// Nothing here looks at a clock, a socket or the environment.
+//             cores, the transport, the congestion control of its sockets;
+//   Profile   optionally, what kizuna-perf --calibrate measured on this
+//             machine (comm/profile.hpp): rank 0 loads KIZUNA_TUNING_FILE
+//             and hands the sections that fit this communicator to every
+//             rank at creation, so all decide from the same figures.
+// make_tuning() is a pure function of them, so every rank derives the same
+// table, and tests pin it as a table. Nothing here looks at a clock, a
+// socket or the environment.
 //
 // The reasons behind each default live once, in docs/tuning.md (the anchor
 // is named beside each field); KIZUNA_LOG=info prints the table at
@@ -25,7 +29,10 @@
 #include <optional>
 #include <string>
 
+#include <vector>
+
 #include "algo/cost_model.hpp"
+#include "comm/profile.hpp"
 #include "core/env.hpp"
 
 namespace kizuna::comm {
@@ -41,6 +48,7 @@ struct Settings {
   std::optional<std::size_t> symmetric_from, staged_from, mailbox_upto, staging_bytes;
   core::StagedStores stores = core::StagedStores::Auto;
   std::optional<int> spin_us, yield_us;
+  std::string tuning_file;  // "": none (only rank 0's is read)
 };
 
 // Throws InvalidArgument naming the option or variable that is wrong.
@@ -73,6 +81,13 @@ struct Tuning {
   std::uint64_t slice_bytes = 512 << 10;
   bool check = false;
   std::chrono::milliseconds timeout{300'000};
+
+  // A measured profile's decisions for all-reduce (#tuner): from each
+  // band's size on, its candidate (a route; on the Schedule route, an
+  // algorithm), by private and by symmetric buffers. Empty: the rules
+  // below decide. `link` is then fitted to the profile too.
+  std::string profile;  // where the profile came from; "" when none applies
+  std::vector<Band> private_bands, symmetric_bands;
 
   // Route thresholds, in bytes of one rank's input (#mailbox-limit,
   // #symmetric-from, #staged-from, #staged-while-near).
@@ -115,6 +130,8 @@ struct Tuning {
   std::string describe() const;
 };
 
-Tuning make_tuning(const Settings& settings, const Facts& facts);
+// `profile`: the sections rank 0 loaded (null: none); the one of these
+// facts, if any, decides.
+Tuning make_tuning(const Settings& settings, const Facts& facts, const Profile* profile = nullptr);
 
 }  // namespace kizuna::comm

@@ -161,6 +161,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_STAGED_FROM",
       "KIZUNA_STAGING_BYTES",
       "KIZUNA_STAGED_STORES",
+      "KIZUNA_TUNING_FILE",
       "KIZUNA_TCP_CONGESTION",
       "KIZUNA_SPIN_US",
       "KIZUNA_YIELD_US",
@@ -245,6 +246,12 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_STAGING_BYTES"))
     env.staging_bytes = parse_auto_size("KIZUNA_STAGING_BYTES", *v, 64u << 10, 1u << 30,
                                         "auto, 0 (no staging) or 64K .. 1G", true);
+  if (auto v = lookup("KIZUNA_TUNING_FILE")) {
+    if (v->empty())
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_TUNING_FILE is set but empty; accepted: the path of a profile "
+                   "written by kizuna-perf --calibrate");
+    env.tuning_file = *v;
+  }
   if (auto v = lookup("KIZUNA_STAGED_STORES")) env.staged_stores = parse_staged_stores("KIZUNA_STAGED_STORES", *v);
   if (auto v = lookup("KIZUNA_TCP_CONGESTION")) {
     const std::string value = trim_lower(*v);

@@ -58,6 +58,7 @@ struct Env {
   std::int64_t staging_bytes = -1;                     // KIZUNA_STAGING_BYTES (-1: auto)
   std::int64_t staged_from = -1;                       // KIZUNA_STAGED_FROM (-1: auto)
   StagedStores staged_stores = StagedStores::Auto;     // KIZUNA_STAGED_STORES
+  std::string tuning_file;                             // KIZUNA_TUNING_FILE ("" none)
   // "auto", "system" or a kernel congestion control name (transport/tcp/congestion.hpp).
   std::string tcp_congestion = "auto";                 // KIZUNA_TCP_CONGESTION
   int spin_us = -1;                                    // KIZUNA_SPIN_US (-1: auto)

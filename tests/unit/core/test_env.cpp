@@ -228,6 +228,12 @@ TEST_CASE("KIZUNA_DUMP_ON_SIGNAL", "[env]") {
   CHECK(error_of({{"KIZUNA_DUMP_ON_SIGNAL", "sometimes"}}).find("KIZUNA_DUMP_ON_SIGNAL") != std::string::npos);
 }
 
+TEST_CASE("KIZUNA_TUNING_FILE", "[env]") {
+  CHECK(parse({}).tuning_file.empty());
+  CHECK(parse({{"KIZUNA_TUNING_FILE", "/etc/kizuna/tuning.txt"}}).tuning_file == "/etc/kizuna/tuning.txt");
+  CHECK(error_of({{"KIZUNA_TUNING_FILE", ""}}).find("KIZUNA_TUNING_FILE is set but empty") != std::string::npos);
+}
+
 TEST_CASE("KIZUNA_DEVICE", "[env]") {
   CHECK(parse({}).device == "cpu");
   CHECK(parse({{"KIZUNA_DEVICE", "cuda"}}).device == "cuda");

@@ -1,0 +1,157 @@
+#include "comm/calibrate.hpp"
+
+#include <kizuna/comm.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/comm_impl.hpp"
+#include "core/check.hpp"
+
+namespace kizuna::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t kNever = SIZE_MAX;
+
+// One candidate: a communicator that forces it.
+struct Way {
+  Candidate candidate = Candidate::Ring;
+  std::shared_ptr<Communicator::Impl> impl;
+  std::shared_ptr<Communicator> comm;
+  int calls = 1;             // per timed loop, at the current size
+  std::vector<double> runs;  // us per call, one per round
+};
+
+CommOptions forcing(const CommOptions& base, Candidate c) {
+  CommOptions o = base;
+  o.name = (base.name.empty() ? std::string("kizuna") : base.name) + "/calibrate/" + std::string(name(c));
+  switch (c) {
+    case Candidate::Mailbox:
+      o.mailbox_upto = Mailbox::capacity(), o.staged_from = kNever, o.symmetric_from = kNever;
+      break;
+    case Candidate::Staged: o.mailbox_upto = 0, o.staged_from = 0, o.symmetric_from = kNever; break;
+    case Candidate::Symmetric: o.mailbox_upto = 0, o.staged_from = kNever, o.symmetric_from = 0; break;
+    default: o.algorithm = algorithm_of(c); break;
+  }
+  return o;
+}
+
+Way make_way(const CommOptions& base, Candidate c) {
+  Way w;
+  w.candidate = c;
+  w.impl = Communicator::Impl::create(forcing(base, c), false);
+  w.comm = std::make_shared<Communicator>(w.impl);
+  return w;
+}
+
+double slowest(Communicator& comm, double mine) {
+  comm.all_reduce(&mine, 1, DataType::Float64, ReduceOp::Max).wait();
+  return mine;
+}
+
+// The slowest rank's mean time per call of `calls` in-place sums.
+double time_calls(Communicator& comm, float* buffer, std::size_t count, int calls) {
+  comm.barrier().wait();
+  const auto start = Clock::now();
+  for (int i = 0; i < calls; ++i) comm.all_reduce(buffer, buffer, count, DataType::Float32, ReduceOp::Sum).wait();
+  const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / calls;
+  return slowest(comm, us);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The candidates that apply on the communicator `first` describes; the
+// same on every rank, as what they read is.
+std::vector<Candidate> candidates_of(const Communicator::Impl& first, bool symmetric) {
+  std::vector<Candidate> out;
+  if (first.paths.mailbox) out.push_back(Candidate::Mailbox);
+  out.push_back(Candidate::Ring);
+  out.push_back(Candidate::Tree);
+  if (first.tuning.single_host) out.push_back(Candidate::OneShot), out.push_back(Candidate::TwoShot);
+  out.push_back(Candidate::Doubling);
+  if (first.paths.staging) out.push_back(Candidate::Staged);
+  if (symmetric && first.symmetric) out.push_back(Candidate::Symmetric);
+  return out;
+}
+
+}  // namespace
+
+ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
+  KIZUNA_CHECK_ARG(!o.sizes.empty(), "calibrate: no sizes");
+  KIZUNA_CHECK_ARG(o.repetitions >= 1, "calibrate: repetitions is ", o.repetitions, "; at least 1");
+  for (std::size_t i = 0; i < o.sizes.size(); ++i)
+    KIZUNA_CHECK_ARG(o.sizes[i] >= 4 && o.sizes[i] % 4 == 0 && (i == 0 || o.sizes[i] > o.sizes[i - 1]),
+                     "calibrate: sizes must ascend, each a multiple of 4 bytes (float32); ", o.sizes[i], " is not");
+  std::vector<Way> ways;
+  ways.push_back(make_way(base, Candidate::Ring));
+  const Communicator::Impl& first = *ways.front().impl;
+  ProfileSection section;
+  section.key = first.profile_key;
+  section.key.symmetric = o.symmetric;
+  section.candidates = candidates_of(first, o.symmetric);
+  for (Candidate c : section.candidates)
+    if (c != Candidate::Ring) ways.push_back(make_way(base, c));
+  std::sort(ways.begin(), ways.end(), [](const Way& a, const Way& b) { return a.candidate < b.candidate; });
+
+  // One buffer for every candidate: symmetric memory of the symmetric
+  // route's communicator, or private memory.
+  const std::uint64_t largest = o.sizes.back();
+  std::shared_ptr<void> memory;
+  for (Way& w : ways)
+    if (w.candidate == Candidate::Symmetric) memory = w.comm->allocate_symmetric(largest);
+  if (!memory && o.symmetric) {  // none to be had here: no symmetric candidate either
+    std::erase_if(ways, [](const Way& w) { return w.candidate == Candidate::Symmetric; });
+    std::erase(section.candidates, Candidate::Symmetric);
+  }
+  if (!memory) {
+    void* p = std::aligned_alloc(4096, (largest + 4095) / 4096 * 4096);
+    KIZUNA_CHECK(p != nullptr, "calibrate: cannot allocate ", largest, " bytes");
+    std::memset(p, 0, largest);  // zeros: sums stay zero, never denormal
+    memory.reset(p, std::free);
+  }
+  auto* buffer = static_cast<float*>(memory.get());
+  const bool printing = first.rank == 0 && o.progress;
+
+  for (std::uint64_t bytes : o.sizes) {
+    const std::size_t count = bytes / 4;
+    std::vector<Way*> measured;
+    for (Way& w : ways) {
+      w.runs.clear();
+      if (w.candidate == Candidate::Mailbox && bytes > Mailbox::capacity()) continue;
+      w.comm->all_reduce(buffer, buffer, count, DataType::Float32, ReduceOp::Sum).wait();  // warm-up
+      const double once = time_calls(*w.comm, buffer, count, 1);
+      w.calls = static_cast<int>(std::clamp(std::ceil(o.per_measurement.count() / std::max(once, 0.01)), 1.0, 10000.0));
+      measured.push_back(&w);
+    }
+    // Each round in another order: no candidate always follows the same one.
+    for (int round = 0; round < o.repetitions; ++round)
+      for (std::size_t j = 0; j < measured.size(); ++j) {
+        Way& w = *measured[(j + round) % measured.size()];
+        w.runs.push_back(time_calls(*w.comm, buffer, count, w.calls));
+      }
+    ProfileSection::Row row;
+    row.bytes = bytes;
+    std::string line = std::to_string(bytes) + " B:";
+    for (const Way& w : ways) {
+      row.us.push_back(w.runs.empty() ? std::nan("") : median(w.runs));
+      if (!w.runs.empty()) {
+        char text[64];
+        std::snprintf(text, sizeof text, " %s %.4g", std::string(name(w.candidate)).c_str(), row.us.back());
+        line += text;
+      }
+    }
+    section.rows.push_back(std::move(row));
+    if (printing) o.progress(line + " us");
+  }
+  return section;
+}
+
+}  // namespace kizuna::comm

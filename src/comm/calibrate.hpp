@@ -1,0 +1,45 @@
+// comm/calibrate.hpp: measuring every way an all-reduce can go on this
+// machine, for a tuning profile (comm/profile.hpp, docs/tuning.md#tuner).
+//
+// calibrate() is collective over the ranks that `base` describes. It
+// creates one communicator per candidate that applies here, each forcing
+// its candidate (an algorithm through the links; the mailboxes, the staged
+// or the symmetric route by their thresholds), all alive at once. Then for
+// each size, in `repetitions` rounds, each round in another order, it times
+// a loop of in-place float32 sums by every candidate: as many calls as fill
+// about `per_measurement` (decided once per size and candidate from the
+// slowest rank's warm-up call), each waited for, the slowest rank's mean
+// per call. A candidate's time at a size is the median of its rounds, so a
+// burst of noise that lands on one round of one candidate does not decide.
+//
+// All candidates use one buffer per rank: with `symmetric`, symmetric
+// memory of the symmetric candidate's communicator (the others see it as
+// ordinary memory of the same kind), else private memory. The profile of
+// this communicator's creation is not loaded: each candidate is forced.
+// Every rank returns the same section (the times are reduced across ranks).
+#pragma once
+
+#include <kizuna/comm_options.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/profile.hpp"
+
+namespace kizuna::comm {
+
+struct CalibrateOptions {
+  std::vector<std::uint64_t> sizes;  // bytes, ascending, multiples of 4
+  int repetitions = 5;
+  std::chrono::microseconds per_measurement{10'000};
+  bool symmetric = false;
+  // Called on rank 0 with a line as each size is done; may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& options);
+
+}  // namespace kizuna::comm

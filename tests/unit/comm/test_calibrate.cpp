@@ -1,0 +1,165 @@
+// Calibration and the profile's way to every rank (comm/calibrate.hpp,
+// comm/setup.cpp), threads as ranks: what calibrate() measures, that rank
+// 0's profile decides on every rank, that calls it routes stay right, and
+// that a bad profile fails every rank alike.
+#include <catch2/catch.hpp>
+
+#include <kizuna/hash_store.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "comm/calibrate.hpp"
+#include "error_of.hpp"
+#include "run_ranks.hpp"
+
+using namespace kizuna;
+using namespace kizuna::test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+CommOptions on_shm() {
+  CommOptions o;
+  o.transport = Transport::Shm;
+  o.store = std::make_shared<HashStore>();
+  static int counter = 0;
+  o.name = "test/calibrate" + std::to_string(counter++);
+  return o;
+}
+
+std::string temp_file(const std::string& text) {
+  char path[] = "/tmp/kizuna-profile-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// 2 ranks on one node: the mailboxes up to 1 KiB, doubling up to 8 KiB,
+// the staged route beyond.
+const char* kProfile =
+    "kizuna-tuning 1\n"
+    "section world=2 nodes=1 local=2 transport=shm buffers=private\n"
+    "candidates mailbox ring doubling staged\n"
+    "8 0.3 2 1 3\n"
+    "1024 0.5 2 1 3\n"
+    "4096 - 4 2 5\n"
+    "65536 - 20 30 10\n"
+    "end\n";
+
+}  // namespace
+
+TEST_CASE("calibrate: every candidate measured on every rank alike", "[comm][calibrate]") {
+  comm::CalibrateOptions o;
+  o.sizes = {8, 4096};
+  o.repetitions = 2;
+  o.per_measurement = std::chrono::microseconds(200);
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  CommOptions base = on_shm();
+  std::vector<comm::ProfileSection> sections(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    sections[r] = comm::calibrate(mine, o);
+  });
+  const comm::ProfileSection& s = sections[0];
+  CHECK(s.key == comm::ProfileKey{2, 1, 2, true, false});
+  CHECK(s.candidates == std::vector<comm::Candidate>{comm::Candidate::Mailbox, comm::Candidate::Ring,
+                                                     comm::Candidate::Tree, comm::Candidate::OneShot,
+                                                     comm::Candidate::TwoShot, comm::Candidate::Doubling,
+                                                     comm::Candidate::Staged});
+  REQUIRE(s.rows.size() == 2);
+  for (std::size_t c = 0; c < s.candidates.size(); ++c) {
+    CHECK(s.rows[0].us[c] > 0);
+    if (s.candidates[c] == comm::Candidate::Mailbox) CHECK(std::isnan(s.rows[1].us[c]));  // over its capacity
+    else CHECK(s.rows[1].us[c] > 0);
+  }
+  CHECK(comm::Profile{{sections[0]}, ""}.text() == comm::Profile{{sections[1]}, ""}.text());
+  CHECK(lines.size() == 2);  // rank 0's progress, a line a size
+}
+
+TEST_CASE("calibrate: symmetric buffers add the symmetric route", "[comm][calibrate]") {
+  comm::CalibrateOptions o;
+  o.sizes = {1 << 20};
+  o.repetitions = 1;
+  o.per_measurement = std::chrono::microseconds(100);
+  o.symmetric = true;
+  CommOptions base = on_shm();
+  std::vector<comm::ProfileSection> sections(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    sections[r] = comm::calibrate(mine, o);
+  });
+  CHECK(sections[1].key.symmetric);
+  CHECK(sections[1].candidates.back() == comm::Candidate::Symmetric);
+}
+
+TEST_CASE("calibrate: bad sizes are refused", "[comm][calibrate]") {
+  comm::CalibrateOptions o;
+  o.sizes = {8, 6};
+  CommOptions base = on_shm();
+  CHECK(error_of_call([&] { comm::calibrate(base, o); }).code() == ErrorCode::InvalidArgument);
+  o.sizes = {};
+  CHECK(error_of_call([&] { comm::calibrate(base, o); }).code() == ErrorCode::InvalidArgument);
+}
+
+TEST_CASE("tuning profile: rank 0's decides on every rank, and results stay right", "[comm][calibrate]") {
+  const std::string path = temp_file(kProfile);
+  const auto comms = make_comms(2, on_shm(), [&](int r, CommOptions& o) {
+    o.tuning_file = r == 0 ? path : "/nonexistent/only-rank-0-is-read";
+  });
+  for (const auto& c : comms) {
+    CHECK_THAT(c->tuning(), Contains("profile      " + path));
+    CHECK_THAT(c->tuning(), Contains("mailbox from 0 B, doubling from 2 KiB, staged from 16 KiB"));
+  }
+  for (std::size_t count : {1u, 200u, 1000u, 4000u, 100000u}) {
+    INFO(count);
+    run_ranks(2, [&](int r) {
+      std::vector<float> v(count);
+      for (std::size_t i = 0; i < count; ++i) v[i] = float(r + 1) * float(i % 7);
+      comms[r]->all_reduce(v.data(), count, DataType::Float32, ReduceOp::Sum).wait();
+      for (std::size_t i = 0; i < count; ++i) REQUIRE(v[i] == 3.0f * float(i % 7));
+    });
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("tuning profile: a bad one fails every rank, naming it", "[comm][calibrate]") {
+  const std::string bad = temp_file("kizuna-tuning 1\nsection world=2 nodes=1 local=2 transport=shm buffers=private\n"
+                                    "candidates ring\n8 fast\nend\n");
+  for (const std::string& path : {bad, std::string("/nonexistent/profile.txt")}) {
+    INFO(path);
+    CommOptions base = on_shm();
+    std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
+    run_ranks(2, [&](int r) {
+      CommOptions mine = base;
+      mine.rank = r;
+      mine.world_size = 2;
+      if (r == 0) mine.tuning_file = path;
+      errors[r] = error_of_call([&] { Communicator::create(mine); });
+    });
+    for (const Error& e : errors) {
+      CHECK(e.code() == ErrorCode::InvalidArgument);
+      CHECK_THAT(e.what(), Contains("tuning profile " + path));
+    }
+    CHECK_THAT(errors[1].what(), Contains("rank 0's"));
+  }
+  std::remove(bad.c_str());
+}
+
+TEST_CASE("tuning profile: one with no section for this world is left aside", "[comm][calibrate]") {
+  const std::string path = temp_file(kProfile);
+  const auto comms = make_comms(3, on_shm(), [&](int, CommOptions& o) { o.tuning_file = path; });
+  for (const auto& c : comms) CHECK(c->tuning().find("profile ") == std::string::npos);
+  std::remove(path.c_str());
+}

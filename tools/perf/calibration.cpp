@@ -1,0 +1,89 @@
+#include "calibration.hpp"
+
+#include <kizuna/comm.hpp>
+#include <kizuna/error.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "comm/calibrate.hpp"
+#include "comm/profile.hpp"
+
+namespace kizuna::perf {
+namespace {
+
+// Adds `section` to the profile at `path` (created when missing), through
+// a temporary file renamed over it. "" on success, else why not.
+std::string write_section(const std::string& path, const comm::ProfileSection& section) {
+  try {
+    comm::Profile profile;
+    if (std::filesystem::exists(path)) {
+      std::ifstream in(path);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (!in) return "cannot read " + path;
+      profile = comm::Profile::parse(text.str(), path);
+    }
+    profile.put(section);
+    const std::string temporary = path + ".tmp";
+    {
+      std::ofstream out(temporary, std::ios::trunc);
+      out << profile.text();
+      out.close();
+      if (!out) return "cannot write " + temporary;
+    }
+    std::filesystem::rename(temporary, path);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+int run_calibration(const CommOptions& base, const CalibrationArgs& args) {
+  comm::CalibrateOptions options;
+  for (std::size_t bytes : args.sizes)
+    if (bytes >= 4 && (options.sizes.empty() || bytes / 4 * 4 > options.sizes.back()))
+      options.sizes.push_back(bytes / 4 * 4);
+  if (options.sizes.empty()) throw Error(ErrorCode::InvalidArgument, "--calibrate: no size of 4 bytes or more");
+  options.symmetric = args.symmetric;
+  options.repetitions = args.rounds;
+  const bool printing = base.rank == 0;
+  if (printing) {
+    std::printf("# kizuna-perf --calibrate %s: all-reduce, float32, sum, in place, %zu sizes, %s buffers, "
+                "medians of %d rounds\n",
+                args.path.c_str(), options.sizes.size(), args.symmetric ? "symmetric" : "private", args.rounds);
+    std::fflush(stdout);
+  }
+  options.progress = [](const std::string& line) {
+    std::printf("#   %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  const comm::ProfileSection section = comm::calibrate(base, options);
+
+  // Rank 0 writes; every rank learns whether it could, over one more
+  // communicator (the calibration's are gone).
+  const std::string failure = printing ? write_section(args.path, section) : "";
+  CommOptions verdict = base;
+  verdict.name = (base.name.empty() ? std::string("kizuna") : base.name) + "/calibrate/verdict";
+  const auto comm = Communicator::create(verdict);
+  std::int64_t failed = failure.empty() ? 0 : 1;
+  comm->all_reduce(&failed, 1, DataType::Int64, ReduceOp::Max).wait();
+  if (printing) {
+    if (!failure.empty()) {
+      std::fprintf(stderr, "kizuna-perf: --calibrate: %s\n", failure.c_str());
+    } else {
+      std::printf("# wrote section %s to %s; auto takes:", comm::describe(section.key).c_str(), args.path.c_str());
+      for (const comm::Band& b : comm::decide(section))
+        std::printf(" %s from %llu B;", std::string(comm::name(b.candidate)).c_str(),
+                    static_cast<unsigned long long>(b.from));
+      std::printf("\n");
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace kizuna::perf
