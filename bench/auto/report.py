@@ -50,20 +50,49 @@ def load(results):
     return data, wrong
 
 
+def profile_choices(results):
+    """{config: {size: candidate}}: what auto takes at each measured size of
+    the profile the run calibrated (the fastest; the mailboxes up to 1 KiB),
+    as comm/profile.cpp decides."""
+    path = os.path.join(results, "profile.txt")
+    choices, key, candidates = {}, None, []
+    if not os.path.exists(path):
+        return choices
+    for line in open(path):
+        w = line.split()
+        if not w or w[0].startswith("#") or w[0] == "kizuna-tuning":
+            continue
+        if w[0] == "section":
+            f = dict(x.split("=", 1) for x in w[1:])
+            key = f"{f['transport']}-n{f['world']}-{f['buffers']}"
+        elif w[0] == "candidates":
+            candidates = w[1:]
+        elif w[0] == "end":
+            key = None
+        elif key:
+            size = int(w[0])
+            times = [(float(t), c) for t, c in zip(w[1:], candidates)
+                     if t != "-" and not (c == "mailbox" and size > 1024)]
+            if times:
+                choices.setdefault(key, {})[size] = min(times)[1]
+    return choices
+
+
 def config_order(name):
     transport, n, buffers = name.split("-")
     return (transport != "shm", int(n[1:]), buffers != "private")
 
 
-def tables(data):
+def tables(data, took):
     lines, summary = [], []
     for config in sorted(data, key=config_order):
         choices = data[config]
         medians = {c: {s: statistics.median(v) for s, v in sizes.items()} for c, sizes in choices.items()}
         forced = [c for c in medians if c not in NOT_FORCED]
         lines += [f"### {config}", "",
-                  "| size | auto (us) | rules (us) | best forced | best forced (us) | auto / best | rules / best |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| size | auto took | auto (us) | same, forced (us) | rules (us) | best forced | best forced (us) "
+                  "| auto / best | rules / best |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         worst, worst_rules, rows, met = None, None, 0, 0
         for size in sorted(medians.get("auto", {})):
             auto = medians["auto"][size]
@@ -80,7 +109,10 @@ def tables(data):
                 worst = (ratio, size)
             if rules_ratio is not None and (worst_rules is None or rules_ratio < worst_rules[0]):
                 worst_rules = (rules_ratio, size)
-            lines.append(f"| {size_text(size)} | {time_text(auto)} | {time_text(rules) if rules else '-'} | {best} | "
+            chose = took.get(config, {}).get(size, "-")
+            same = medians.get(chose, {}).get(size)
+            lines.append(f"| {size_text(size)} | {chose} | {time_text(auto)} | {time_text(same) if same else '-'} | "
+                         f"{time_text(rules) if rules else '-'} | {best} | "
                          f"{time_text(best_us)} | {ratio:.2f}{'' if ratio >= 0.9 else ' (missed)'} | "
                          f"{f'{rules_ratio:.2f}' if rules_ratio else '-'} |")
         lines.append("")
@@ -114,9 +146,11 @@ def render(results):
            "calibrated (KIZUNA_TUNING_FILE); \"rules\": auto without a profile; \"best forced\": the fastest "
            "of every algorithm forced (--algo), the mailboxes (up to 1 KiB), the staged route and, on "
            "symmetric memory, the symmetric route. A ratio is best forced time / auto time: at least 0.90 "
-           f"meets the target. Wrong elements: {wrong}. Runs that failed: {', '.join(failures) or 'none'}."
+           "meets the target. \"auto took\": the candidate the profile names at that size; \"same, forced\": "
+           "that candidate forced, in the same run (auto against it shows the cost of deciding, and the "
+           f"spread between runs). Wrong elements: {wrong}. Runs that failed: {', '.join(failures) or 'none'}."
            + (f" The whole run took {duration}." if duration else ""), ""]
-    return "\n".join(out + tables(data))
+    return "\n".join(out + tables(data, profile_choices(results)))
 
 
 def main():

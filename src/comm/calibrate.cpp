@@ -22,8 +22,6 @@ struct Way {
   Candidate candidate = Candidate::Ring;
   std::shared_ptr<Communicator::Impl> impl;
   std::shared_ptr<Communicator> comm;
-  int calls = 1;             // per timed loop, at the current size
-  std::vector<double> runs;  // us per call, one per round
 };
 
 CommOptions forcing(const CommOptions& base, Candidate c) {
@@ -120,33 +118,45 @@ ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
   auto* buffer = static_cast<float*>(memory.get());
   const bool printing = first.rank == 0 && o.progress;
 
-  for (std::uint64_t bytes : o.sizes) {
-    const std::size_t count = bytes / 4;
-    std::vector<Way*> measured;
-    for (Way& w : ways) {
-      w.runs.clear();
-      if (w.candidate == Candidate::Mailbox && bytes > Mailbox::capacity()) continue;
-      w.comm->all_reduce(buffer, buffer, count, DataType::Float32, ReduceOp::Sum).wait();  // warm-up
-      const double once = time_calls(*w.comm, buffer, count, 1);
-      w.calls = static_cast<int>(std::clamp(std::ceil(o.per_measurement.count() / std::max(once, 0.01)), 1.0, 10000.0));
-      measured.push_back(&w);
+  // How many calls fill a measurement, per size and candidate (0: not
+  // measured), from the slowest rank's warm-up call.
+  std::vector<std::vector<int>> calls(o.sizes.size(), std::vector<int>(ways.size(), 0));
+  for (std::size_t i = 0; i < o.sizes.size(); ++i)
+    for (std::size_t w = 0; w < ways.size(); ++w) {
+      if (ways[w].candidate == Candidate::Mailbox && o.sizes[i] > Mailbox::capacity()) continue;
+      Communicator& comm = *ways[w].comm;
+      comm.all_reduce(buffer, buffer, o.sizes[i] / 4, DataType::Float32, ReduceOp::Sum).wait();
+      const double once = time_calls(comm, buffer, o.sizes[i] / 4, 1);
+      calls[i][w] = static_cast<int>(std::clamp(std::ceil(o.per_measurement.count() / std::max(once, 0.01)), 1.0, 1e4));
     }
-    // Each round in another order: no candidate always follows the same one.
-    for (int round = 0; round < o.repetitions; ++round)
-      for (std::size_t j = 0; j < measured.size(); ++j) {
-        Way& w = *measured[(j + round) % measured.size()];
-        w.runs.push_back(time_calls(*w.comm, buffer, count, w.calls));
+  // Rounds over every size, each round's candidates in another order: a
+  // size's rounds lie far apart in time, so that a burst of noise (another
+  // job, the host moving a CPU) lands on one of them, not on all.
+  std::vector<std::vector<std::vector<double>>> runs(o.sizes.size(), std::vector<std::vector<double>>(ways.size()));
+  for (int round = 0; round < o.repetitions; ++round) {
+    for (std::size_t i = 0; i < o.sizes.size(); ++i)
+      for (std::size_t j = 0; j < ways.size(); ++j) {
+        const std::size_t w = (j + round) % ways.size();
+        if (calls[i][w] == 0) continue;
+        Communicator& comm = *ways[w].comm;
+        const std::size_t count = o.sizes[i] / 4;
+        // A warm-up call where a measurement holds several, so that the
+        // timed ones find the buffer where the previous size left it.
+        if (calls[i][w] > 1) comm.all_reduce(buffer, buffer, count, DataType::Float32, ReduceOp::Sum).wait();
+        runs[i][w].push_back(time_calls(comm, buffer, count, calls[i][w]));
       }
+    if (printing) o.progress("round " + std::to_string(round + 1) + " of " + std::to_string(o.repetitions) + " done");
+  }
+  for (std::size_t i = 0; i < o.sizes.size(); ++i) {
     ProfileSection::Row row;
-    row.bytes = bytes;
-    std::string line = std::to_string(bytes) + " B:";
-    for (const Way& w : ways) {
-      row.us.push_back(w.runs.empty() ? std::nan("") : median(w.runs));
-      if (!w.runs.empty()) {
-        char text[64];
-        std::snprintf(text, sizeof text, " %s %.4g", std::string(name(w.candidate)).c_str(), row.us.back());
-        line += text;
-      }
+    row.bytes = o.sizes[i];
+    std::string line = std::to_string(row.bytes) + " B:";
+    for (std::size_t w = 0; w < ways.size(); ++w) {
+      row.us.push_back(runs[i][w].empty() ? std::nan("") : median(runs[i][w]));
+      if (runs[i][w].empty()) continue;
+      char text[64];
+      std::snprintf(text, sizeof text, " %s %.4g", std::string(name(ways[w].candidate)).c_str(), row.us.back());
+      line += text;
     }
     section.rows.push_back(std::move(row));
     if (printing) o.progress(line + " us");

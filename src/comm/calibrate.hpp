@@ -4,13 +4,14 @@
 // calibrate() is collective over the ranks that `base` describes. It
 // creates one communicator per candidate that applies here, each forcing
 // its candidate (an algorithm through the links; the mailboxes, the staged
-// or the symmetric route by their thresholds), all alive at once. Then for
-// each size, in `repetitions` rounds, each round in another order, it times
-// a loop of in-place float32 sums by every candidate: as many calls as fill
-// about `per_measurement` (decided once per size and candidate from the
-// slowest rank's warm-up call), each waited for, the slowest rank's mean
-// per call. A candidate's time at a size is the median of its rounds, so a
-// burst of noise that lands on one round of one candidate does not decide.
+// or the symmetric route by their thresholds), all alive at once. Then in
+// `repetitions` rounds, each over every size, each size's candidates in
+// another order each round, it times a loop of in-place float32 sums: as
+// many calls as fill about `per_measurement` (decided once per size and
+// candidate from the slowest rank's warm-up call), each waited for, the
+// slowest rank's mean per call. A candidate's time at a size is the median
+// of its rounds; the rounds of a size lie far apart in time, so a burst of
+// noise lands on one of them and does not decide.
 //
 // All candidates use one buffer per rank: with `symmetric`, symmetric
 // memory of the symmetric candidate's communicator (the others see it as
@@ -36,7 +37,8 @@ struct CalibrateOptions {
   int repetitions = 5;
   std::chrono::microseconds per_measurement{10'000};
   bool symmetric = false;
-  // Called on rank 0 with a line as each size is done; may be empty.
+  // Called on rank 0 with a line as each round is done, then one per size
+  // with its times; may be empty.
   std::function<void(const std::string&)> progress;
 };
 

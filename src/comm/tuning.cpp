@@ -76,10 +76,17 @@ std::size_t parting(const std::vector<Band>& priv, const std::vector<Band>& sym)
 // threshold the user set keeps the rules instead.
 void apply_profile(Tuning& t, const Settings& s, const Facts& f, const Profile* profile) {
   if (!profile || t.algorithm != Algorithm::Auto) return;
-  ProfileKey key{f.world, f.nodes, f.local_ranks, t.shared_memory, false};
-  const ProfileSection* priv = profile->find(key);
-  key.symmetric = true;
-  const ProfileSection* sym = profile->find(key);
+  // Ranks per node are rank 0's: it chose the sections every rank got, and
+  // with nodes of uneven sizes another rank's count would pick none.
+  auto section = [&](bool symmetric) -> const ProfileSection* {
+    for (const ProfileSection& s : profile->sections)
+      if (s.key.world == f.world && s.key.nodes == f.nodes && s.key.shared_memory == t.shared_memory &&
+          s.key.symmetric == symmetric)
+        return &s;
+    return nullptr;
+  };
+  const ProfileSection* priv = section(false);
+  const ProfileSection* sym = section(true);
   if (!priv && !sym) return;
   t.profile = profile->source;
   t.link = fit_link(priv ? *priv : *sym, t.link);
@@ -182,9 +189,15 @@ std::string Tuning::describe() const {
   }
   if (node_memory) {
     out << "  mailbox      up to " << bytes_text(mailbox_upto) << "\n";
-    out << "  symmetric    from " << bytes_text(symmetric_from) << "\n";
-    out << "  staged       from " << bytes_text(staged_from);
-    if (staged_near_from > 0) out << ", through the slots below " << bytes_text(staged_near_from) << " while near";
+    if (symmetric_bands.empty()) out << "  symmetric    from " << bytes_text(symmetric_from) << "\n";
+    else if (symmetric_from != SIZE_MAX) out << "  symmetric    as the profile says, from " << bytes_text(symmetric_from) << "\n";
+    else out << "  symmetric    as the profile says: as private buffers\n";
+    if (private_bands.empty()) {
+      out << "  staged       from " << bytes_text(staged_from);
+      if (staged_near_from > 0) out << ", through the slots below " << bytes_text(staged_near_from) << " while near";
+    } else {
+      out << "  staged       as the profile says";
+    }
     out << "; " << bytes_text(staging_bytes) << " of staging\n";
   } else {
     out << "  mailbox, symmetric, staged: none (not one node sharing memory)\n";

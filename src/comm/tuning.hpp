@@ -130,8 +130,9 @@ struct Tuning {
   std::string describe() const;
 };
 
-// `profile`: the sections rank 0 loaded (null: none); the one of these
-// facts, if any, decides.
+// `profile`: the sections rank 0 loaded for its facts (null: none); the
+// ones of this world, nodes and transport decide, whatever this rank's own
+// ranks per node.
 Tuning make_tuning(const Settings& settings, const Facts& facts, const Profile* profile = nullptr);
 
 }  // namespace kizuna::comm
