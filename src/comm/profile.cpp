@@ -204,6 +204,16 @@ Algorithm algorithm_of(Candidate c) {
   }
 }
 
+Candidate schedule_candidate(Algorithm a) {
+  switch (a) {
+    case Algorithm::Tree: return Candidate::Tree;
+    case Algorithm::OneShot: return Candidate::OneShot;
+    case Algorithm::TwoShot: return Candidate::TwoShot;
+    case Algorithm::Doubling: return Candidate::Doubling;
+    default: return Candidate::Ring;
+  }
+}
+
 std::string describe(const ProfileKey& k) {
   return "world=" + std::to_string(k.world) + " nodes=" + std::to_string(k.nodes) +
          " local=" + std::to_string(k.local_ranks) + " transport=" + (k.shared_memory ? "shm" : "tcp") +
@@ -250,7 +260,8 @@ void Profile::put(ProfileSection section) {
 
 namespace detail {
 
-std::vector<Band> bands_of(const ProfileSection& s, const std::vector<std::vector<bool>>& allowed) {
+std::vector<Band> bands_of(const ProfileSection& s, const std::vector<std::vector<bool>>& allowed,
+                           const std::vector<int>& preferred) {
   std::vector<Band> bands;
   std::uint64_t previous = 0;
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
@@ -261,6 +272,8 @@ std::vector<Band> bands_of(const ProfileSection& s, const std::vector<std::vecto
       if (best < 0 || row.us[c] < row.us[best]) best = static_cast<int>(c);
     }
     if (best < 0) continue;
+    const int p = preferred[i];
+    if (p >= 0 && allowed[i][p] && !std::isnan(row.us[p]) && row.us[p] <= row.us[best] * (1 + kPreferWithin)) best = p;
     const Candidate chosen = s.candidates[best];
     if (bands.empty()) {
       bands.push_back({0, chosen});
@@ -277,7 +290,9 @@ std::vector<Band> bands_of(const ProfileSection& s, const std::vector<std::vecto
 }  // namespace detail
 
 std::vector<Band> decide(const ProfileSection& section) {
-  return decide(section, [](Candidate, std::uint64_t) { return true; });
+  return decide(
+      section, [](Candidate, std::uint64_t) { return true; },
+      [](std::uint64_t) { return std::optional<Candidate>(); });
 }
 
 Candidate pick(const std::vector<Band>& bands, std::uint64_t bytes) {

@@ -53,6 +53,8 @@ std::optional<Candidate> parse_candidate(std::string_view text);
 // for the mailboxes, the staged and the symmetric route.
 Algorithm algorithm_of(Candidate candidate);
 inline bool is_schedule(Candidate c) { return algorithm_of(c) != Algorithm::Auto; }
+// The candidate of a schedule's algorithm (Ring for Auto).
+Candidate schedule_candidate(Algorithm algorithm);
 
 struct ProfileKey {
   int world = 1;
@@ -95,10 +97,14 @@ struct Band {
 };
 
 // The fastest candidate per measured size among those `allowed`
-// (allowed(candidate, bytes)), as bands. Empty when nothing is allowed.
-template <class Allowed>
-std::vector<Band> decide(const ProfileSection& section, Allowed&& allowed);
-std::vector<Band> decide(const ProfileSection& section);  // every candidate measured
+// (allowed(candidate, bytes)), as bands; but where `preferred(bytes)` (the
+// built-in rules' choice) measured within kPreferWithin of the fastest, that
+// one: a profile overrides the rules only where it shows them clearly
+// slower, not where noise tips a near tie. Empty when nothing is allowed.
+inline constexpr double kPreferWithin = 0.05;
+template <class Allowed, class Preferred>
+std::vector<Band> decide(const ProfileSection& section, Allowed&& allowed, Preferred&& preferred);
+std::vector<Band> decide(const ProfileSection& section);  // every candidate measured, none preferred
 
 // The candidate of `bytes` in `bands` (not empty).
 Candidate pick(const std::vector<Band>& bands, std::uint64_t bytes);
@@ -112,18 +118,26 @@ algo::LinkModel fit_link(const ProfileSection& section, const algo::LinkModel& f
 // --- inline
 
 namespace detail {
-std::vector<Band> bands_of(const ProfileSection& section, const std::vector<std::vector<bool>>& allowed);
+// allowed[row][column]; preferred[row]: a column, or -1.
+std::vector<Band> bands_of(const ProfileSection& section, const std::vector<std::vector<bool>>& allowed,
+                           const std::vector<int>& preferred);
 }
 
-template <class Allowed>
-std::vector<Band> decide(const ProfileSection& section, Allowed&& allowed) {
+template <class Allowed, class Preferred>
+std::vector<Band> decide(const ProfileSection& section, Allowed&& allowed, Preferred&& preferred) {
   std::vector<std::vector<bool>> mask;
+  std::vector<int> prefer;
   for (const auto& row : section.rows) {
     std::vector<bool> m;
     for (Candidate c : section.candidates) m.push_back(allowed(c, row.bytes));
     mask.push_back(std::move(m));
+    const std::optional<Candidate> p = preferred(row.bytes);
+    int column = -1;
+    for (std::size_t i = 0; p && i < section.candidates.size(); ++i)
+      if (section.candidates[i] == *p) column = static_cast<int>(i);
+    prefer.push_back(column);
   }
-  return detail::bands_of(section, mask);
+  return detail::bands_of(section, mask, prefer);
 }
 
 }  // namespace kizuna::comm

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "comm/mailbox.hpp"
+#include "comm/route.hpp"
 #include "core/check.hpp"
 
 namespace kizuna::comm {
@@ -103,8 +104,27 @@ void apply_profile(Tuning& t, const Settings& s, const Facts& f, const Profile* 
       }
     };
   };
-  if (priv) t.private_bands = decide(*priv, allowed(false));
-  if (sym) t.symmetric_bands = decide(*sym, allowed(true));
+  // What the rules alone would take (their placement-probe rule as if the
+  // CPUs were far apart), with the fitted link.
+  auto rules = [&t, &f](bool symmetric) {
+    return [&t, &f, symmetric](std::uint64_t bytes) -> std::optional<Candidate> {
+      const Paths paths{t.node_memory, t.node_memory && t.staging_bytes > 0, false};
+      switch (choose_route({CallKind::Collective, algo::Collective::AllReduce, bytes},
+                           symmetric ? Buffers::Symmetric : Buffers::Host, Placement::Unknown, paths, t)) {
+        case Route::Mailbox: return Candidate::Mailbox;
+        case Route::Staged: return Candidate::Staged;
+        case Route::Symmetric: return Candidate::Symmetric;
+        default:
+          return schedule_candidate(algo::choose_algorithm(algo::Collective::AllReduce, bytes,
+                                                           t.hierarchical ? f.nodes : f.world, t.link, t.single_host));
+      }
+    };
+  };
+  std::vector<Band> private_bands, symmetric_bands;  // decided before either applies
+  if (priv) private_bands = decide(*priv, allowed(false), rules(false));
+  if (sym) symmetric_bands = decide(*sym, allowed(true), rules(true));
+  t.private_bands = std::move(private_bands);
+  t.symmetric_bands = std::move(symmetric_bands);
   if (!t.symmetric_bands.empty()) t.symmetric_from = parting(t.private_bands, t.symmetric_bands);
 }
 

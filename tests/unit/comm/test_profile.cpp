@@ -106,10 +106,31 @@ TEST_CASE("profile: decide takes the fastest per size, bands halfway between siz
   CHECK(pick(bands, 8192) == Candidate::Staged);
   CHECK(pick(bands, 1ull << 40) == Candidate::Staged);
   // Without the mailboxes and the staged route: two-shot, then ring.
-  const std::vector<Band> schedules = decide(p.sections[0], [](Candidate c, std::uint64_t) { return is_schedule(c); });
+  const std::vector<Band> schedules =
+      decide(p.sections[0], [](Candidate c, std::uint64_t) { return is_schedule(c); },
+             [](std::uint64_t) { return std::optional<Candidate>(); });
   REQUIRE(schedules.size() == 2);
   CHECK(schedules[0] == Band{0, Candidate::TwoShot});
   CHECK(schedules[1] == Band{8192, Candidate::Ring});
+}
+
+TEST_CASE("profile: a preferred candidate within 5% of the fastest is kept", "[comm][profile]") {
+  ProfileSection s;
+  s.key = ProfileKey{2, 1, 2, true, false};
+  s.candidates = {Candidate::Ring, Candidate::TwoShot, Candidate::Staged};
+  s.rows.push_back({1 << 20, {100, 90, 94}});   // staged 4% behind two-shot
+  s.rows.push_back({4 << 20, {400, 360, 396}});  // staged 10% behind
+  const auto all = [](Candidate, std::uint64_t) { return true; };
+  const std::vector<Band> bands = decide(s, all, [](std::uint64_t) { return std::optional(Candidate::Staged); });
+  REQUIRE(bands.size() == 2);
+  CHECK(bands[0] == Band{0, Candidate::Staged});
+  CHECK(bands[1] == Band{2 << 20, Candidate::TwoShot});
+  // A preference that is not allowed, or not measured, is no preference.
+  const auto no_staged = [](Candidate c, std::uint64_t) { return c != Candidate::Staged; };
+  CHECK(decide(s, no_staged, [](std::uint64_t) { return std::optional(Candidate::Staged); }).front().candidate ==
+        Candidate::TwoShot);
+  CHECK(decide(s, all, [](std::uint64_t) { return std::optional(Candidate::Mailbox); }).front().candidate ==
+        Candidate::TwoShot);
 }
 
 TEST_CASE("profile: the fit recovers the link a profile was made from", "[comm][profile]") {

@@ -139,6 +139,22 @@ TEST_CASE("tuner: symmetric buffers have their own table", "[comm][tuner]") {
   CHECK(route(t, 8, Buffers::Symmetric) == Route::Mailbox);
 }
 
+TEST_CASE("tuner: the rules' choice stands unless measured clearly slower", "[comm][tuner]") {
+  // 2 ranks each on a core: the rules take the staged route from 64 KiB.
+  // Here two-shot is faster everywhere: by 3% from 64 KiB on (a tie the
+  // rules keep), by 30% below (which the profile takes).
+  const Times near_tie{{Candidate::Mailbox, cost(0.3, 10000)},
+                       {Candidate::Ring, cost(2.0, 3000)},
+                       {Candidate::TwoShot, cost(1.0, 10000)},
+                       {Candidate::Staged, [](double bytes) { return bytes < 65536 ? 1.3 * (1.0 + bytes / 10000) : 1.03 * (1.0 + bytes / 10000); }}};
+  const Profile p = profile_of({section(2, near_tie)});
+  const Tuning t = make_tuning(Settings{}, node(2, 2), &p);
+  CHECK(route(t, 16 << 10) == Route::Schedule);
+  CHECK(profiled_algorithm(16 << 10, Buffers::Host, t) == Algorithm::TwoShot);
+  CHECK(route(t, 1 << 20) == Route::Staged);
+  CHECK(route(t, 64 << 20) == Route::Staged);
+}
+
 TEST_CASE("tuner: what a profile does not decide", "[comm][tuner]") {
   const Profile p = profile_of({section(4, kStagedWins)});
   SECTION("another world: the rules") {
