@@ -95,7 +95,8 @@ class Executor {
 
   // Waiting: spin on progress() for `spin`, then keep looking but yield the
   // core between looks for `yield`, then sleep (poll() on sockets, the
-  // doorbell for shared memory).
+  // doorbell for shared memory). With `spin` 0 a wait that polls a socket
+  // yields from its first round that finds nothing.
   void set_wait(std::chrono::microseconds spin, std::chrono::microseconds yield) {
     spin_ = spin;
     yield_ = yield;
@@ -144,6 +145,9 @@ class Executor {
   void check_peers();
 
   std::vector<transport::Link*> links_;
+  // Per link: polling it is a system call (a socket), not a look at memory.
+  std::vector<bool> polled_by_syscall_;
+  bool polled_syscall_ = false;  // the last progress_busy() made one
   int rank_;
   std::vector<std::uint32_t> send_index_, recv_index_;
   // The collective of the last message received from each peer, and when.
