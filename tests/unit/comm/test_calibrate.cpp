@@ -41,6 +41,19 @@ std::string temp_file(const std::string& text) {
   return path;
 }
 
+// calibrate() on 2 ranks over shared memory: each rank's section.
+std::vector<comm::ProfileSection> calibrate_two(const comm::CalibrateOptions& o) {
+  const CommOptions base = on_shm();
+  std::vector<comm::ProfileSection> sections(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    sections[r] = comm::calibrate(mine, o);
+  });
+  return sections;
+}
+
 // 2 ranks on one node: the mailboxes up to 1 KiB, doubling up to 8 KiB,
 // the staged route beyond.
 const char* kProfile =
@@ -62,14 +75,7 @@ TEST_CASE("calibrate: every candidate measured on every rank alike", "[comm][cal
   o.per_measurement = std::chrono::microseconds(200);
   std::vector<std::string> lines;
   o.progress = [&](const std::string& line) { lines.push_back(line); };
-  CommOptions base = on_shm();
-  std::vector<comm::ProfileSection> sections(2);
-  run_ranks(2, [&](int r) {
-    CommOptions mine = base;
-    mine.rank = r;
-    mine.world_size = 2;
-    sections[r] = comm::calibrate(mine, o);
-  });
+  const std::vector<comm::ProfileSection> sections = calibrate_two(o);
   const comm::ProfileSection& s = sections[0];
   CHECK(s.key == comm::ProfileKey{2, 1, 2, true, false});
   CHECK(s.candidates == std::vector<comm::Candidate>{comm::Candidate::Mailbox, comm::Candidate::Ring,
@@ -92,14 +98,7 @@ TEST_CASE("calibrate: symmetric buffers add the symmetric route", "[comm][calibr
   o.repetitions = 1;
   o.per_measurement = std::chrono::microseconds(100);
   o.symmetric = true;
-  CommOptions base = on_shm();
-  std::vector<comm::ProfileSection> sections(2);
-  run_ranks(2, [&](int r) {
-    CommOptions mine = base;
-    mine.rank = r;
-    mine.world_size = 2;
-    sections[r] = comm::calibrate(mine, o);
-  });
+  const std::vector<comm::ProfileSection> sections = calibrate_two(o);
   CHECK(sections[1].key.symmetric);
   CHECK(sections[1].candidates.back() == comm::Candidate::Symmetric);
 }
