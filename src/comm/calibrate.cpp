@@ -51,11 +51,16 @@ double slowest(Communicator& comm, double mine) {
   return mine;
 }
 
+// One call of what is measured: an in-place float32 sum, waited for.
+void sum(Communicator& comm, float* buffer, std::size_t count) {
+  comm.all_reduce(buffer, buffer, count, DataType::Float32, ReduceOp::Sum).wait();
+}
+
 // The slowest rank's mean time per call of `calls` in-place sums.
 double time_calls(Communicator& comm, float* buffer, std::size_t count, int calls) {
   comm.barrier().wait();
   const auto start = Clock::now();
-  for (int i = 0; i < calls; ++i) comm.all_reduce(buffer, buffer, count, DataType::Float32, ReduceOp::Sum).wait();
+  for (int i = 0; i < calls; ++i) sum(comm, buffer, count);
   const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / calls;
   return slowest(comm, us);
 }
@@ -125,7 +130,7 @@ ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
     for (std::size_t w = 0; w < ways.size(); ++w) {
       if (ways[w].candidate == Candidate::Mailbox && o.sizes[i] > Mailbox::capacity()) continue;
       Communicator& comm = *ways[w].comm;
-      comm.all_reduce(buffer, buffer, o.sizes[i] / 4, DataType::Float32, ReduceOp::Sum).wait();
+      sum(comm, buffer, o.sizes[i] / 4);  // warm-up
       const double once = time_calls(comm, buffer, o.sizes[i] / 4, 1);
       calls[i][w] = static_cast<int>(std::clamp(std::ceil(o.per_measurement.count() / std::max(once, 0.01)), 1.0, 1e4));
     }
@@ -142,7 +147,7 @@ ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
         const std::size_t count = o.sizes[i] / 4;
         // A warm-up call where a measurement holds several, so that the
         // timed ones find the buffer where the previous size left it.
-        if (calls[i][w] > 1) comm.all_reduce(buffer, buffer, count, DataType::Float32, ReduceOp::Sum).wait();
+        if (calls[i][w] > 1) sum(comm, buffer, count);
         runs[i][w].push_back(time_calls(comm, buffer, count, calls[i][w]));
       }
     if (printing) o.progress("round " + std::to_string(round + 1) + " of " + std::to_string(o.repetitions) + " done");

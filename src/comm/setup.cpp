@@ -152,9 +152,12 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create(const CommOptions
   facts.asymmetric_fence = core::asymmetric_fence_available();
   facts.mailbox_capacity = comm::Mailbox::capacity();
   impl->profile_key = {facts.world, facts.nodes, facts.local_ranks, settings.transport != Transport::Tcp, false};
+  // Calibration's communicators, which every rank creates alike, have
+  // no profile to share: they skip the store's round trip.
   const comm::Profile profile =
-      share_profile(*options.store, impl->name, impl->rank, impl->world, use_profile ? settings.tuning_file : "",
-                    impl->profile_key, std::chrono::duration_cast<std::chrono::milliseconds>(setup));
+      use_profile ? share_profile(*options.store, impl->name, impl->rank, impl->world, settings.tuning_file,
+                                  impl->profile_key, std::chrono::duration_cast<std::chrono::milliseconds>(setup))
+                  : comm::Profile{};
   impl->tuning = comm::make_tuning(settings, facts, profile.sections.empty() ? nullptr : &profile);
   const comm::Tuning& tuning = impl->tuning;
   KIZUNA_LOG(Info) << "communicator " << impl->name << ", rank " << impl->rank << " of " << impl->world << ", "
