@@ -74,9 +74,22 @@ class Communicator {
   Work reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype,
                       ReduceOp op);
   Work barrier();
-  // Point to point: matched in order between each pair of ranks.
-  Work send(const void* buffer, std::size_t count, DataType dtype, int peer);
-  Work recv(void* buffer, std::size_t count, DataType dtype, int peer);
+  // Point to point (host memory), as MPI matches it: each message carries
+  // a tag, and the messages from one rank with one tag are received in the
+  // order they were sent; a receive from kAnySource takes the earliest
+  // matching message of any rank (Work::source says whose). Sizes must
+  // agree (Mismatch otherwise). Sends and receives run apart from the
+  // collectives' queue, on connections of their own: a pending receive
+  // holds back neither later calls nor the peers, so ranks may post their
+  // sends and receives in any order (a batch of them never deadlocks).
+  // Each starts once the collectives called before it on this
+  // communicator are done (a send sees their results); later collectives
+  // do not wait for it. A send is done once its buffer may be reused, a
+  // receive once the data are in place. Bounded by KIZUNA_TIMEOUT from the
+  // call; a failure fails that call only, and the communicator stays
+  // usable (docs/architecture.md#point-to-point).
+  Work send(const void* buffer, std::size_t count, DataType dtype, int peer, int tag = 0);
+  Work recv(void* buffer, std::size_t count, DataType dtype, int peer, int tag = 0);
 
   // Device memory (CommOptions.device or KIZUNA_DEVICE = cuda): the same
   // calls, ordered on `stream`. They return at once; the data move when the
@@ -94,6 +107,9 @@ class Communicator {
   Work all_gather(const void* send, void* recv, std::size_t send_count, DataType dtype, DeviceStream stream);
   Work reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType dtype, ReduceOp op,
                       DeviceStream stream);
+  // Device sends and receives take their turn in the collectives' queue
+  // (which waits for them) and carry tag 0: a device send meets a host
+  // receive of tag 0.
   Work send(const void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream);
   Work recv(void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream);
 

@@ -95,11 +95,25 @@ kzResult_t kzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                        kzDataType_t datatype, kzComm_t comm, kzStream_t stream);
 kzResult_t kzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                            kzDataType_t datatype, kzRedOp_t op, kzComm_t comm, kzStream_t stream);
+/* Host sends and receives match in order between each pair of ranks and run
+ * apart from the collectives (see Communicator::send in kizuna/comm.hpp);
+ * kzRecv's peer may be KZ_ANY_SOURCE. Each returns once done, so a rank that
+ * sends and receives at once posts them in a group (below). */
+#define KZ_ANY_SOURCE (-1)
 kzResult_t kzSend(const void* sendbuff, size_t count, kzDataType_t datatype, int peer,
                   kzComm_t comm, kzStream_t stream);
 kzResult_t kzRecv(void* recvbuff, size_t count, kzDataType_t datatype, int peer, kzComm_t comm,
                   kzStream_t stream);
 kzResult_t kzBarrier(kzComm_t comm, kzStream_t stream);
+/* Group calls, as NCCL's: between kzGroupStart and kzGroupEnd, this thread's
+ * host calls (stream NULL) return once posted instead of once done, and
+ * kzGroupEnd waits for them all and returns the first failure (each call's
+ * argument errors are returned by the call itself). Groups nest; the
+ * outermost kzGroupEnd waits. Sends and receives never wait for each other,
+ * so a group may post them in any order on every rank (NCCL's
+ * batch_isend_irecv pattern). Calls on device streams are unaffected. */
+kzResult_t kzGroupStart(void);
+kzResult_t kzGroupEnd(void);
 
 /* Symmetric memory (Communicator::allocate_symmetric; NCCL's ncclMemAlloc
  * with a symmetric window): collective over comm, every rank in the same

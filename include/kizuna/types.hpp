@@ -14,6 +14,10 @@
 
 namespace kizuna {
 
+// A receive's source: whichever rank's matching message comes first
+// (Communicator::recv, Work::source).
+inline constexpr int kAnySource = -1;
+
 enum class DataType : std::uint8_t {
   Int8 = 0,
   UInt8 = 1,

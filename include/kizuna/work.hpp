@@ -50,6 +50,9 @@ class Work {
   // nullptr while running or after success.
   std::exception_ptr error() const;
   void on_complete(std::function<void(const Work&)> fn) const;
+  // A finished receive: the rank its message came from (what a receive
+  // from kAnySource needs); -1 otherwise.
+  int source() const;
 
   const std::shared_ptr<detail::WorkState>& state() const { return state_; }
 

@@ -11,6 +11,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "comm/p2p.hpp"
 #include "transport/tcp/congestion.hpp"
 #include "transport/tcp/tcp_connect.hpp"
 #include "transport/shm/shm_link.hpp"
@@ -63,8 +64,8 @@ bool same_node(const PeerInfo& a, const PeerInfo& b) {
 
 std::string encode_peer(const PeerInfo& p) {
   std::ostringstream out;
-  out << "kizuna-peer-v2 " << p.hostname << " " << p.boot_id << " " << p.netns << " " << p.pid << " "
-      << p.address << " " << p.port << " " << p.incarnation;
+  out << "kizuna-peer-v3 " << p.hostname << " " << p.boot_id << " " << p.netns << " " << p.pid << " "
+      << p.address << " " << p.port << " " << p.incarnation << " " << p.p2p_port;
   return out.str();
 }
 
@@ -72,8 +73,9 @@ PeerInfo decode_peer(const std::string& text, int rank) {
   std::istringstream in(text);
   std::string version;
   PeerInfo p;
-  in >> version >> p.hostname >> p.boot_id >> p.netns >> p.pid >> p.address >> p.port >> p.incarnation;
-  if (!in || version != "kizuna-peer-v2" || p.port <= 0 || p.port > 65535)
+  in >> version >> p.hostname >> p.boot_id >> p.netns >> p.pid >> p.address >> p.port >> p.incarnation >>
+      p.p2p_port;
+  if (!in || version != "kizuna-peer-v3" || p.port <= 0 || p.port > 65535 || p.p2p_port <= 0 || p.p2p_port > 65535)
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", rank, " published an address kizuna cannot read: '",
                  text.substr(0, 200), "'");
   return p;
@@ -191,8 +193,17 @@ Connected bootstrap(Store& store, const std::string& name, int rank, int world_s
   }
 
   transport::TcpListener listener(local_address, options.tcp_congestion);
+  const auto [p2p_fd, p2p_port] = open_p2p_listener(listener.host());
+  // Closed if the rest fails; the caller's once returned.
+  struct CloseOnThrow {
+    int fd;
+    bool armed = true;
+    ~CloseOnThrow() {
+      if (armed) ::close(fd);
+    }
+  } p2p_guard{p2p_fd};
   PeerInfo self{hostname(), boot_id(), network_namespace(), static_cast<int>(::getpid()),
-                listener.host(), listener.port(), random_u64()};
+                listener.host(), listener.port(), random_u64(), p2p_port};
   store.set(name + "/peer/" + std::to_string(rank), encode_peer(self));
 
   std::vector<std::string> keys;
@@ -224,6 +235,8 @@ Connected bootstrap(Store& store, const std::string& name, int rank, int world_s
     out.links[r] = transport::make_tcp_link(r, fds[r]);
   }
   setup_shm(store, name, rank, options, out, deadline);
+  p2p_guard.armed = false;
+  out.p2p_listener = p2p_fd;
   KIZUNA_LOG(Debug) << "rank " << rank << " of " << name << ": connected to " << world_size - 1
                     << " peers from " << local_address << ":" << listener.port() << ", "
                     << (out.shm ? out.local_ranks - 1 : 0) << " through shared memory";

@@ -1,8 +1,9 @@
 // comm/bootstrap.hpp: from a store to connected links.
 //
 //   1. rank 0 draws a random communicator id and publishes it;
-//   2. every rank listens on port 0 of its chosen address and publishes
-//      {hostname, boot id, pid, address, port, incarnation};
+//   2. every rank listens on port 0 of its chosen address (twice: the
+//      links, and point to point's own, comm/p2p.hpp) and publishes
+//      {hostname, boot id, pid, address, port, incarnation, p2p port};
 //   3. every rank reads everyone's entry, then the connections are opened
 //      (lower rank connects to higher, transport/tcp/tcp_connect.hpp);
 //   4. ranks of the same node set up shared memory (see below).
@@ -34,6 +35,7 @@ struct PeerInfo {
   std::string address;
   int port = 0;
   std::uint64_t incarnation = 0;
+  int p2p_port = 0;  // point-to-point's listener (comm/p2p.hpp)
 };
 
 struct Topology {
@@ -66,6 +68,9 @@ struct Connected {
   // reports it (from the first one; every connection within a host gets the
   // same); empty when it has none.
   std::string tcp_congestion;
+  // This rank's point-to-point listening socket (comm/p2p.hpp), open
+  // since its entry was published; the caller owns it.
+  int p2p_listener = -1;
 };
 
 struct BootstrapOptions {

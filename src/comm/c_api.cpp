@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/check.hpp"
 #include "core/launch_env.hpp"
@@ -82,10 +83,15 @@ ReduceOp op_of(kzRedOp_t op) { return static_cast<ReduceOp>(op >= 0 && op < kzNu
 // over on this rank. A stream: device memory, and the call returns once the
 // collective is queued on it (errors then surface on the stream's Work and
 // through kzCommGetAsyncError), as in NCCL.
+// This thread's open groups (kzGroupStart) and the host calls posted in them.
+thread_local int g_group_depth = 0;
+thread_local std::vector<kizuna::Work> g_group_works;
+
 template <typename Host, typename Device>
 void dispatch(kzStream_t stream, Host&& host, Device&& device) {
-  if (stream == nullptr) host().wait();
-  else device(kizuna::DeviceStream{stream});
+  if (stream != nullptr) device(kizuna::DeviceStream{stream});
+  else if (g_group_depth > 0) g_group_works.push_back(host());
+  else host().wait();
 }
 
 }  // namespace
@@ -263,10 +269,36 @@ kzResult_t kzRecv(void* recvbuff, size_t count, kzDataType_t datatype, int peer,
   });
 }
 
+kzResult_t kzGroupStart(void) {
+  ++g_group_depth;
+  return kzSuccess;
+}
+
+kzResult_t kzGroupEnd(void) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(g_group_depth > 0, "kzGroupEnd without kzGroupStart");
+    if (--g_group_depth > 0) return;
+    std::vector<kizuna::Work> works;
+    works.swap(g_group_works);
+    // Every call is waited for, so none is left running on the caller's
+    // buffers; the first failure is the one returned.
+    std::exception_ptr first;
+    for (const kizuna::Work& w : works) {
+      try {
+        w.wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  });
+}
+
 kzResult_t kzBarrier(kzComm_t comm, kzStream_t stream) {
   return guarded([&] {
     KIZUNA_CHECK_ARG(stream == nullptr, "kzBarrier takes no stream; pass NULL");
-    comm_of(comm)->barrier().wait();
+    if (g_group_depth > 0) g_group_works.push_back(comm_of(comm)->barrier());
+    else comm_of(comm)->barrier().wait();
   });
 }
 

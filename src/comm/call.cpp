@@ -43,7 +43,7 @@ void invalid_call(const Call& call, int rank, int world) {
     const void* buffer = call.kind == CallKind::Send ? call.send : call.recv;
     KIZUNA_CHECK_ARG(buffer != nullptr || call.count == 0, what, ": buffer is null with count ", call.count);
     KIZUNA_THROW(ErrorCode::InvalidArgument, what, ": peer ", call.root, " is not another rank of a world of ",
-                 world);
+                 world, call.kind == CallKind::Recv ? " (nor kAnySource, -1)" : "");
   }
   KIZUNA_CHECK_ARG(!r.rooted || (call.root >= 0 && call.root < world), what, ": root ", call.root,
                    " is out of range for world size ", world);

@@ -87,7 +87,7 @@ inline bool call_is_valid(const Call& call, int rank, int world) {
   if (__builtin_mul_overflow(call.count, size_of(call.dtype) * blocks, &bytes) ||
       bytes > static_cast<std::size_t>(PTRDIFF_MAX))
     return false;
-  if (r.rooted) {
+  if (r.rooted && !(call.kind == CallKind::Recv && call.root == kAnySource)) {
     if (call.root < 0 || call.root >= world) return false;
     if (call.kind != CallKind::Collective && call.root == rank) return false;
   }

@@ -9,7 +9,8 @@
 //   setup.cpp          creation's body: settings, bootstrap, the tuning
 //                      table, symmetric memory, mailboxes, staging, device
 //   dispatch.cpp       the queue and the worker; a caller that runs its own
-//                      call (the mailboxes' and small calls' direct way)
+//                      call (the mailboxes' and small calls' direct way);
+//                      host sends and receives handed to comm/p2p.hpp
 //   execute.cpp        running one task: the common pre-step, the route,
 //                      then the route's own way (comm/route.hpp)
 //   device_calls.cpp   calls on device buffers: GPU to GPU, or staged
@@ -48,6 +49,7 @@
 #include "comm/executor.hpp"
 #include "comm/history.hpp"
 #include "comm/mailbox.hpp"
+#include "comm/p2p.hpp"
 #include "comm/route.hpp"
 #include "comm/staged_call.hpp"
 #include "comm/symmetric.hpp"
@@ -60,10 +62,10 @@ namespace kizuna {
 namespace comm {
 
 // Sequence-number spaces of message tags: collectives count up from 1;
-// point-to-point and KIZUNA_CHECK's fingerprints have their own spaces so
-// they never disturb the collectives' agreement on sequence numbers.
+// KIZUNA_CHECK's fingerprints have their own space so they never disturb
+// the collectives' agreement on sequence numbers. (Point to point travels
+// apart: comm/p2p.hpp.)
 inline constexpr std::uint64_t kCheckTag = 1ull << 62;
-inline constexpr std::uint64_t kP2pTag = 1ull << 63;
 
 // One call on its way: queued, running, or done.
 struct Task {
@@ -111,6 +113,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::shared_ptr<void> mailbox_memory;               // declared first: it outlives the mailbox
   std::unique_ptr<comm::Mailbox> mailbox;             // null where there is none
   std::unique_ptr<comm::DeviceBackend> device;        // null: a CPU communicator
+  std::shared_ptr<comm::P2pEngine> p2p;               // host sends and receives (comm/p2p.hpp)
   comm::Paths paths;
   comm::History history;
   comm::LiveProgress live;
@@ -139,6 +142,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   bool callers_wait = false;
   bool worker_asleep = false;
   std::atomic<Clock::time_point> last_enqueue{};
+  // The last call queued (under queue_mutex): point-to-point calls start
+  // once it is done.
+  std::weak_ptr<detail::WorkState> last_queued;
   // The next collective's sequence number, shifted left by one, and in the
   // lowest bit whether try_mailbox's way is closed: it is open while
   // callers wait for their calls at once (callers_wait), nothing is queued
@@ -166,6 +172,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::atomic<std::thread::id> inline_runner{};  // the thread in run_inline, if any
 
   Work submit(const comm::Call& call);
+  Work submit_p2p(const comm::Call& call, int tag);
   std::optional<Work> try_mailbox(const comm::Call& call);
   std::optional<Work> try_direct(Task& t);
   Work queue_part_run(Task t, std::unique_lock<core::FutexMutex>& exec);
@@ -199,7 +206,6 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     std::shared_ptr<const algo::RankSchedule> schedule;  // null: no plan yet
   } last_plan;
   std::vector<unsigned char> scratch;
-  std::vector<std::uint64_t> p2p_sent, p2p_received;
 
   comm::Buffers classify(Task& t) const;
   comm::Route route_for(const Task& t) const;

@@ -84,12 +84,16 @@ Work Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
 
 Work Communicator::barrier() { return submit(*impl_, collective(Collective::Barrier, nullptr, nullptr, 0, DataType::UInt8)); }
 
-Work Communicator::send(const void* buffer, std::size_t count, DataType dtype, int peer) {
-  return submit(*impl_, Call{CallKind::Send, Collective::AllReduce, buffer, nullptr, count, dtype, ReduceOp::Sum, peer});
+Work Communicator::send(const void* buffer, std::size_t count, DataType dtype, int peer, int tag) {
+  const Call call{CallKind::Send, Collective::AllReduce, buffer, nullptr, count, dtype, ReduceOp::Sum, peer};
+  comm::validate(call, impl_->rank, impl_->world);
+  return impl_->submit_p2p(call, tag);
 }
 
-Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int peer) {
-  return submit(*impl_, Call{CallKind::Recv, Collective::AllReduce, nullptr, buffer, count, dtype, ReduceOp::Sum, peer});
+Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int peer, int tag) {
+  const Call call{CallKind::Recv, Collective::AllReduce, nullptr, buffer, count, dtype, ReduceOp::Sum, peer};
+  comm::validate(call, impl_->rank, impl_->world);
+  return impl_->submit_p2p(call, tag);
 }
 
 Work Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
@@ -123,6 +127,7 @@ Work Communicator::send(const void* buffer, std::size_t count, DataType dtype, i
 }
 
 Work Communicator::recv(void* buffer, std::size_t count, DataType dtype, int peer, DeviceStream stream) {
+  KIZUNA_CHECK_ARG(peer != kAnySource, "recv: a device receive needs its source rank, not kAnySource");
   return submit(*impl_, Call{CallKind::Recv, Collective::AllReduce, nullptr, buffer, count, dtype, ReduceOp::Sum, peer},
                 stream);
 }
@@ -173,6 +178,7 @@ void Communicator::abort(const std::string& reason) {
   for (auto& link : impl_->links)
     if (link) link->interrupt();
   if (impl_->device) impl_->device->abort();
+  if (impl_->p2p) impl_->p2p->fail_all(std::make_exception_ptr(error));
   impl_->fail_queued(std::make_exception_ptr(error));
 }
 

@@ -36,6 +36,37 @@ Work Communicator::Impl::submit(const comm::Call& call) {
   return Work(task->work);
 }
 
+// Point to point runs on its engine (comm/p2p.hpp), once the calls queued
+// before it are done: a send then sees what they wrote, while nothing in
+// the queue waits for it.
+Work Communicator::Impl::submit_p2p(const comm::Call& call, int tag) {
+  comm::P2pOp op;
+  op.send = call.kind == comm::CallKind::Send;
+  op.data = static_cast<unsigned char*>(op.send ? const_cast<void*>(call.send) : call.recv);
+  op.bytes = call.bytes();
+  op.peer = call.root;
+  op.tag = tag;
+  op.deadline = Clock::now() + tuning.timeout;
+  op.work = std::make_shared<detail::WorkState>();
+  const Work work(op.work);
+  std::shared_ptr<detail::WorkState> before;
+  {
+    std::lock_guard lock(queue_mutex);
+    before = last_queued.lock();
+  }
+  if (before && !before->finished.load(std::memory_order_acquire)) {
+    Work(before).on_complete([engine = p2p, op](const Work& earlier) mutable {
+      if (std::exception_ptr error = earlier.error())
+        op.work->finish(error);
+      else
+        engine->post(std::move(op));
+    });
+  } else {
+    p2p->post(std::move(op));
+  }
+  return work;
+}
+
 // The worker holds a reference of its own until it ends (see shutdown).
 void Communicator::Impl::start() {
   worker = std::thread([self = shared_from_this()] { self->worker_loop(); });
@@ -61,6 +92,7 @@ void Communicator::Impl::shutdown() {
     else
       worker.join();
   }
+  if (p2p) p2p->shutdown();
   for (auto& link : links)
     if (link) link->interrupt();
   std::this_thread::sleep_until(Clock::time_point(Clock::duration(keep_store_until.load())));
@@ -241,6 +273,7 @@ Work Communicator::Impl::queue_part_run(Task t, std::unique_lock<core::FutexMute
     std::lock_guard lock(queue_mutex);
     close_gate();
     queue.push_front(task);
+    if (queue.size() == 1) last_queued = task->work;
     wake = worker_asleep;
   }
   exec.unlock();
@@ -312,6 +345,7 @@ void Communicator::Impl::push_queued(const std::vector<std::shared_ptr<Task>>& t
       make_work(task);
       queue.push_back(task);
     }
+    last_queued = tasks.back()->work;
     last_enqueue.store(tasks.back()->queued_at, std::memory_order_relaxed);
     wake = !callers_wait || worker_asleep;
   }

@@ -195,22 +195,23 @@ bool Communicator::Impl::run_schedule(Task& t, Clock::duration patience) {
   return false;
 }
 
+// A staged device send or receive, in its turn in the queue: the host
+// half goes through the point-to-point engine (tag 0), so it meets host
+// calls on the other side, and the queue waits for it as it waits for a
+// collective.
 void Communicator::Impl::run_p2p(Task& t, Clock::time_point deadline) {
   const comm::Call& c = t.call;
-  const bool sending = c.kind == comm::CallKind::Send;
-  algo::RankSchedule s;
-  s.request.elem_size = size_of(c.dtype);
-  s.input_count = s.output_count = c.count;
-  algo::Step step;
-  step.op = sending ? algo::StepOp::Send : algo::StepOp::Recv;
-  step.src = algo::Buffer::Input;
-  step.dst = algo::Buffer::Output;
-  (sending ? step.send_peer : step.recv_peer) = c.root;
-  step.count = c.count;
-  s.steps.push_back(step);
-  const std::uint64_t n = sending ? p2p_sent[c.root]++ : p2p_received[c.root]++;
+  comm::P2pOp op;
+  op.send = c.kind == comm::CallKind::Send;
+  op.data = static_cast<unsigned char*>(op.send ? const_cast<void*>(c.send) : c.recv);
+  op.bytes = c.bytes();
+  op.peer = c.root;
+  op.deadline = deadline;
+  op.work = std::make_shared<detail::WorkState>();
+  const Work done(op.work);
   history.started(t.history_id, "", 1);
-  executor->run(s, {c.send, c.recv, nullptr}, c.dtype, c.op, {comm::kP2pTag | n, 0}, deadline, label(t, ""));
+  p2p->post(std::move(op));
+  done.wait();
 }
 
 void Communicator::Impl::finish_collective(const Task& t) {

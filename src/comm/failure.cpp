@@ -90,6 +90,8 @@ void Communicator::Impl::fail(const Error& e) {
     fatal = std::make_exception_ptr(e);
   }
   KIZUNA_LOG(Error) << e.what();
+  // Sends and receives pending on the unusable communicator end with it.
+  if (p2p) p2p->fail_all(std::make_exception_ptr(e));
   // The stuck-rank report: where this rank is, for the job's post-mortem
   // (kizuna-run gathers these lines).
   if (e.code() == ErrorCode::Timeout) {

@@ -141,6 +141,12 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create(const CommOptions
   impl->topology = std::move(connected.topology);
   impl->shm = std::move(connected.shm);
   impl->links = std::move(connected.links);
+  {
+    std::vector<comm::P2pEngine::Peer> peers;
+    for (const comm::PeerInfo& p : impl->topology.peers) peers.push_back({p.address, p.p2p_port});
+    impl->p2p = std::make_shared<comm::P2pEngine>(impl->rank, impl->name, impl->topology.comm_id,
+                                                  connected.p2p_listener, std::move(peers));
+  }
 
   comm::Facts facts;
   facts.world = impl->world;
@@ -183,8 +189,6 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create(const CommOptions
     impl->shm->stream_stores.store(tuning.slots_stream, std::memory_order_relaxed);
     if (impl->symmetric && tuning.slots_follow_probe) impl->symmetric->report_placement_to(&impl->shm->stream_stores);
   }
-  impl->p2p_sent.assign(impl->world, 0);
-  impl->p2p_received.assign(impl->world, 0);
   impl->start();
   return impl;
 }

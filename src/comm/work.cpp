@@ -8,6 +8,8 @@ bool Work::done() const {
   return !state_ || state_->finished.load(std::memory_order_acquire);
 }
 
+int Work::source() const { return state_ ? state_->source.load(std::memory_order_relaxed) : -1; }
+
 void Work::wait() const {
   if (!state_) return;
   std::function<void()> run;

@@ -26,6 +26,7 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
   // (`error` is written before it, and not after).
   std::atomic<bool> finished{false};
   std::exception_ptr error;
+  std::atomic<int> source{-1};  // a receive's source rank, set before finish()
   std::vector<std::function<void(const Work&)>> callbacks;
   std::function<void()> run_inline;
 
