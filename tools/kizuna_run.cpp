@@ -9,12 +9,14 @@
 //   node 0's kizuna-run                      node K's kizuna-run
 //   hosts the store (run/rendezvous.hpp) <-- connects, retrying (--timeout)
 //   checks every node's settings ----------> waits for the verdict
+//   reserves round 0's MASTER_PORT --------> waits for it
 //   round 0: starts workers                  round 0: starts workers
-//     RANK, ..., KIZUNA_STORE, KIZUNA_STORE_PREFIX=run<id>/round0
+//     torchrun's RANK, ..., MASTER_PORT (for torch's own store), and
+//     KIZUNA_STORE, KIZUNA_STORE_PREFIX=run<id>/round0
 //   event loop: worker output -> "[rank] line"; exits; signals; the store's
 //   news from other nodes (a failure, "over")
 //   a worker fails -> stop the others, say who and how, restart (round 1,
-//   a fresh prefix) while --max-restarts allows; the other nodes see the
+//   a fresh prefix and MASTER_PORT) while --max-restarts allows; the other nodes see the
 //   failure through the store and restart too
 //   all workers exit 0 -> exit barrier: wait for every node's "done"
 //
@@ -62,10 +64,13 @@ using std::chrono::milliseconds;
 constexpr milliseconds kStopGrace{5'000};
 constexpr milliseconds kFailGrace{3'000};  // for the others to fail on their own after the first
 
-// The variables kizuna-run sets for every worker (docs/launcher.md).
+// The variables kizuna-run sets for every worker (docs/launcher.md): the
+// ones torchrun sets, so that a torch script runs unchanged, and kizuna's.
 const std::set<std::string> kWorkerVariables = {
-    "RANK",        "LOCAL_RANK",  "WORLD_SIZE",   "LOCAL_WORLD_SIZE", "NODE_RANK",
-    "GROUP_RANK",  "MASTER_ADDR", "MASTER_PORT",  "KIZUNA_STORE",     "KIZUNA_STORE_PREFIX",
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "KIZUNA_STORE", "KIZUNA_STORE_PREFIX",
 };
 
 std::string g_tag = "kizuna-run";
@@ -144,6 +149,10 @@ class Launcher {
         say(e.what());
         give_up(rdzv, nodes + e.what());
         return 1;
+      } catch (const Interrupted& i) {  // waiting for node 0's MASTER_PORT
+        say("got " + signal_name(i.signal) + " before round " + std::to_string(round) + "'s workers started");
+        give_up(rdzv, nodes + "kizuna-run got " + signal_name(i.signal));
+        return 128 + i.signal;
       }
       Outcome outcome = supervise(group, rdzv, round);
       if (outcome.kind == Outcome::Success && rdzv.multi_node()) outcome = exit_barrier(rdzv, round);
@@ -218,6 +227,7 @@ class Launcher {
                                                      Rendezvous& rdzv, int round) const {
     std::vector<std::vector<std::string>> out;
     const int world = o_.nnodes * o_.nproc_per_node;
+    const int master_port = rdzv.master_port(round);
     for (int local = 0; local < o_.nproc_per_node; ++local) {
       std::vector<std::string> env = inherited;
       const int rank = o_.node_rank * o_.nproc_per_node + local;
@@ -226,9 +236,26 @@ class Launcher {
       env.push_back("WORLD_SIZE=" + std::to_string(world));
       env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o_.nproc_per_node));
       env.push_back("NODE_RANK=" + std::to_string(o_.node_rank));
+      // torchrun's names: a node is a "group", and every worker plays the
+      // one role, "default", so role ranks are the ranks.
       env.push_back("GROUP_RANK=" + std::to_string(o_.node_rank));
+      env.push_back("GROUP_WORLD_SIZE=" + std::to_string(o_.nnodes));
+      env.push_back("ROLE_NAME=default");
+      env.push_back("ROLE_RANK=" + std::to_string(rank));
+      env.push_back("ROLE_WORLD_SIZE=" + std::to_string(world));
+      // Where rank 0 may start a store of its own: torch's env:// starts its
+      // TCPStore there. Not kizuna's store, which torch cannot speak to.
       env.push_back("MASTER_ADDR=" + o_.store_host());
-      env.push_back("MASTER_PORT=" + std::to_string(rdzv.port()));
+      env.push_back("MASTER_PORT=" + std::to_string(master_port));
+      // False: no agent store at MASTER_PORT, so rank 0 hosts the TCPStore
+      // (True, inherited from a torchrun above us, would make every rank a
+      // client of a store nobody hosts). The run id makes
+      // torch.distributed.is_torchelastic_launched() true, which libraries
+      // read as "the launcher's variables are there".
+      env.push_back("TORCHELASTIC_USE_AGENT_STORE=False");
+      env.push_back("TORCHELASTIC_RUN_ID=" + rdzv.run_id());
+      env.push_back("TORCHELASTIC_RESTART_COUNT=" + std::to_string(round));
+      env.push_back("TORCHELASTIC_MAX_RESTARTS=" + std::to_string(o_.max_restarts));
       env.push_back("KIZUNA_STORE=" + rdzv.store_address());
       env.push_back("KIZUNA_STORE_PREFIX=" + rdzv.round_prefix(round));
       out.push_back(std::move(env));

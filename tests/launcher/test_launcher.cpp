@@ -33,8 +33,10 @@ const std::string kLaunchee = kBin + "/tests/launcher/kizuna-test-launchee";
 
 // Launcher variables a test's own environment must not leak into a job.
 const std::vector<std::string> kLauncherVariables = {
-    "RANK",        "LOCAL_RANK",  "WORLD_SIZE",   "LOCAL_WORLD_SIZE", "NODE_RANK",          "GROUP_RANK",
-    "MASTER_ADDR", "MASTER_PORT", "KIZUNA_STORE", "KIZUNA_STORE_PREFIX", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "KIZUNA_STORE", "KIZUNA_STORE_PREFIX", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -239,10 +241,11 @@ TEST_CASE("kizuna-run --bind auto and core pin each worker to its own CPU when t
 TEST_CASE("workers get exactly the documented variables on top of the launcher's environment", "[launcher]") {
   const int n = GENERATE(1, 3);
   TempDir dir;
-  // Stale launcher variables in kizuna-run's own environment are replaced.
+  // Stale launcher variables in kizuna-run's own environment are replaced
+  // (a torchrun above it says its agent hosts a store at MASTER_PORT).
   const Job::Env set = {{"KIZUNA_LOG", "warn"},         {"KIZUNA_STORE_TIMEOUT", "60s"},
                         {"RANK", "99"},                 {"KIZUNA_STORE", "192.0.2.1:9"},
-                        {"KIZUNA_STORE_PREFIX", "stale"}};
+                        {"KIZUNA_STORE_PREFIX", "stale"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
   std::vector<std::string> unset;
   for (const auto& name : kLauncherVariables)
     if (!set.count(name)) unset.push_back(name);
@@ -253,8 +256,11 @@ TEST_CASE("workers get exactly the documented variables on top of the launcher's
 
   const std::set<std::string> documented = documented_worker_variables();
   REQUIRE(documented == std::set<std::string>{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
-                                              "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "KIZUNA_STORE",
-                                              "KIZUNA_STORE_PREFIX"});
+                                              "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME", "ROLE_RANK",
+                                              "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                              "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID",
+                                              "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                                              "KIZUNA_STORE", "KIZUNA_STORE_PREFIX"});
   std::map<std::string, std::string> launcher_env = environment_of(set);
   std::string port, prefix;
   for (int rank = 0; rank < n; ++rank) {
@@ -279,10 +285,21 @@ TEST_CASE("workers get exactly the documented variables on top of the launcher's
     CHECK(env["LOCAL_WORLD_SIZE"] == std::to_string(n));
     CHECK(env["NODE_RANK"] == "0");
     CHECK(env["GROUP_RANK"] == "0");
+    CHECK(env["GROUP_WORLD_SIZE"] == "1");
+    CHECK(env["ROLE_NAME"] == "default");
+    CHECK(env["ROLE_RANK"] == std::to_string(rank));
+    CHECK(env["ROLE_WORLD_SIZE"] == std::to_string(n));
     CHECK(env["MASTER_ADDR"] == "127.0.0.1");
     CHECK(std::regex_match(env["MASTER_PORT"], std::regex("[1-9][0-9]*")));
-    CHECK(env["KIZUNA_STORE"] == "127.0.0.1:" + env["MASTER_PORT"]);
+    // MASTER_PORT is not the store's: torch's rank 0 starts its own there.
+    std::smatch store;
+    REQUIRE(std::regex_match(env["KIZUNA_STORE"], store, std::regex("127\\.0\\.0\\.1:([1-9][0-9]*)")));
+    CHECK(store[1] != env["MASTER_PORT"]);
+    CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
+    CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "0");
     CHECK(std::regex_match(env["KIZUNA_STORE_PREFIX"], std::regex("run[0-9a-f]{8}/round0")));
+    CHECK(env["KIZUNA_STORE_PREFIX"] == "run" + env["TORCHELASTIC_RUN_ID"] + "/round0");
     if (rank == 0) port = env["MASTER_PORT"], prefix = env["KIZUNA_STORE_PREFIX"];
     CHECK(env["MASTER_PORT"] == port);
     CHECK(env["KIZUNA_STORE_PREFIX"] == prefix);

@@ -77,8 +77,9 @@ void declare(CLI::App& app, RunOptions& o) {
                      if (o.master_addr.empty()) throw UsageError("--master-addr is empty");
                    });
   tools::add_value(app, "--master-port,--master_port", "P",
-                   "the store's port on node 0 (default: a free port the OS picks\n"
-                   "with one node; 29500 with several)",
+                   "kizuna's store's port on node 0 (default: a free port the OS\n"
+                   "picks with one node; 29500 with several); workers' MASTER_PORT\n"
+                   "is another one",
                    [&o](const std::string& v) { o.master_port = to_int("--master-port", v, 0, 65535); });
   tools::add_value(app, "--max-restarts,--max_restarts", "R",
                    "after a worker fails, restart this node's workers up to R\n"
@@ -172,10 +173,12 @@ std::string help_text() {
          "options:\n" +
          tools::option_table(app, 27) +
          "\n"
-         "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,\n"
-         "MASTER_ADDR, MASTER_PORT, KIZUNA_STORE (the store kizuna-run hosts) and\n"
-         "KIZUNA_STORE_PREFIX (run<id>/round<k>, fresh after each restart), on top of\n"
-         "kizuna-run's own environment (every KIZUNA_* variable included); stdin is /dev/null.\n"
+         "Each worker gets what torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
+         "GROUP_RANK, GROUP_WORLD_SIZE, ROLE_*, TORCHELASTIC_*, MASTER_ADDR and MASTER_PORT: a\n"
+         "free port on node 0 where rank 0 may start its own store, as torch's env:// does),\n"
+         "NODE_RANK, KIZUNA_STORE (the store kizuna-run hosts) and KIZUNA_STORE_PREFIX\n"
+         "(run<id>/round<k>, fresh after each restart), on top of kizuna-run's own environment\n"
+         "(every KIZUNA_* variable included); stdin is /dev/null.\n"
          "Each line a worker prints is prefixed with its rank: \"[3] ...\".\n"
          "\n"
          "When a worker exits non-zero or is killed by a signal, kizuna-run stops the others\n"

@@ -6,8 +6,15 @@
 #include <kizuna/tcp_store.hpp>
 #include <kizuna/tcp_store_server.hpp>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <sstream>
@@ -60,6 +67,50 @@ std::string seconds(milliseconds d) {
   return buffer;
 }
 
+// A free TCP port on every interface, held by a socket bound with
+// SO_REUSEADDR that never listens; the socket is left in `fd`. While it is
+// held, the kernel gives the port to no other bind to port 0 and refuses a
+// plain bind to it, so no other job takes it before rank 0 starts; yet a
+// server that sets SO_REUSEADDR too may bind it and listen, since Linux sees
+// no conflict between two such sockets while neither listens. torch's
+// TCPStore sets it (1.x's socket code and 2.x's libuv daemon alike).
+// Dual-stack IPv6 first, where the TCPStore listens too; else IPv4.
+int reserve_port(int& fd) {
+  const int yes = 1;
+  const int no = 0;
+  fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    sockaddr_in6 any{};
+    any.sin6_family = AF_INET6;
+    any.sin6_addr = in6addr_any;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof no);
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&any), sizeof any) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) {  // no IPv6 on this host
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (fd >= 0) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&any), sizeof any) != 0) {
+      const int error = errno;
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+      throw Error(ErrorCode::SystemError,
+                  std::string("cannot reserve a port for MASTER_PORT: ") + std::strerror(error));
+    }
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  return bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6&>(bound).sin6_port)
+                                     : ntohs(reinterpret_cast<const sockaddr_in&>(bound).sin_port);
+}
+
 }  // namespace
 
 Rendezvous::Rendezvous(const RunOptions& options, Idle idle) : options_(options), idle_(std::move(idle)) {
@@ -107,7 +158,9 @@ Rendezvous::Rendezvous(const RunOptions& options, Idle idle) : options_(options)
   }
 }
 
-Rendezvous::~Rendezvous() = default;
+Rendezvous::~Rendezvous() {
+  if (reservation_fd_ >= 0) ::close(reservation_fd_);
+}
 
 std::string Rendezvous::store_address() const {
   const std::string host = options_.store_host();
@@ -193,6 +246,34 @@ void Rendezvous::agree() {
   const auto told = Clock::now() + kLeaveTimeout;
   while (!client_->check(checked) && Clock::now() < told) idle_(kPollInterval);
   throw Error(ErrorCode::Mismatch, verdict);
+}
+
+int Rendezvous::master_port(int round) {
+  if (round == master_port_round_) return master_port_;
+  const std::string k = round_key(round, "master-port");
+  if (options_.node_rank == 0) {
+    // The new port is reserved before the old one is let go, so the two differ.
+    int fd = -1;
+    const int port = reserve_port(fd);
+    if (reservation_fd_ >= 0) ::close(reservation_fd_);
+    reservation_fd_ = fd;
+    master_port_ = port;
+    if (client_) client_->set(k, bytes(std::to_string(port)));
+  } else {
+    const auto deadline = Clock::now() + options_.timeout;
+    poll_until([&] { return client_->check({k}) || client_->check({key("over")}); }, deadline,
+               [&] { return "node 0's MASTER_PORT for round " + std::to_string(round); });
+    if (auto why = over()) throw Error(ErrorCode::Aborted, "the job is over: " + *why);
+    const std::string value = text(client_->get(k));
+    char* end = nullptr;
+    const long port = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || port < 1 || port > 65535)
+      throw Error(ErrorCode::InvalidArgument, "node 0 published MASTER_PORT '" + value + "' for round " +
+                                                  std::to_string(round) + ", not a port");
+    master_port_ = static_cast<int>(port);
+  }
+  master_port_round_ = round;
+  return master_port_;
 }
 
 void Rendezvous::report_failure(int round, const std::string& what) {

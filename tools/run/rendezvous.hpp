@@ -15,6 +15,8 @@
 //   kizuna-run/checked/<K>       node K knows the outcome of the agreement
 //                                (node 0 waits for it, at most kLeaveTimeout,
 //                                before it exits on a disagreement)
+//   kizuna-run/round<k>/master-port  MASTER_PORT of round k's workers, chosen
+//                                by node 0 once round k-1's workers are gone
 //   kizuna-run/round<k>/failed   the first failure of round k (any node)
 //   kizuna-run/round<k>/done/<K> node K's workers of round k all exited 0
 //   kizuna-run/over              a launcher gave up (or was stopped): why
@@ -26,7 +28,16 @@
 // kizuna::Error(Timeout) naming what it waited for. A store that goes away
 // (node 0's launcher died) is kizuna::Error(PeerLost) from any call.
 //
-// Ownership: owns the server (node 0) and the client. Threading: one thread.
+// MASTER_PORT is not the store's port: kizuna's store does not speak
+// torch's TCPStore protocol, and torch's env:// rendezvous starts a TCPStore
+// of its own on rank 0 at MASTER_ADDR:MASTER_PORT (with
+// TORCHELASTIC_USE_AGENT_STORE=False, which kizuna-run sets). So node 0
+// reserves a second, free port for each round (master_port()), which rank 0
+// (on node 0) may bind; the workers find kizuna's store through
+// KIZUNA_STORE, which Store::from_env() reads before MASTER_ADDR/MASTER_PORT.
+//
+// Ownership: owns the server and the port reservation (node 0) and the
+// client. Threading: one thread.
 #pragma once
 
 #include <chrono>
@@ -74,6 +85,17 @@ class Rendezvous {
 
   bool multi_node() const { return options_.nnodes > 1; }
 
+  // MASTER_PORT of round k's workers: a port on node 0 that nobody listens
+  // on, for a store the program's rank 0 starts itself (torch's env://
+  // TCPStore). Node 0 reserves a fresh one per round (see reserve_port in
+  // rendezvous.cpp), so that a worker of the round before, still trying to
+  // reach its store, never joins the new one; the other nodes wait for it
+  // (at most --timeout), which also keeps their workers of round k from
+  // starting before node 0's of round k-1 are gone. Throws
+  // kizuna::Error(Aborted) when the job is over meanwhile. Call with the
+  // rounds in order; a second call for the same round returns its port.
+  int master_port(int round);
+
   // The agreement before any worker starts: every node has the same nnodes,
   // nproc-per-node and max-restarts, and every node rank is taken once.
   // Throws kizuna::Error(Mismatch) naming the node and both values, or
@@ -103,6 +125,9 @@ class Rendezvous {
   Idle idle_;
   std::string run_id_;
   int port_ = -1;
+  int master_port_round_ = -1;  // the round master_port_ belongs to
+  int master_port_ = -1;
+  int reservation_fd_ = -1;     // node 0: the socket that holds master_port_
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<TcpStore> client_;
 };
