@@ -60,7 +60,9 @@ def parse_args():
 
 def probe(python):
     """(torch version, None) of `python`, or (None, reason)."""
-    if not python or not os.path.exists(python):
+    if not python:
+        return None, "no interpreter given (--torch-python / --torch2-python)"
+    if not os.path.exists(python):
         return None, f"{python} does not exist"
     try:
         r = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
