@@ -2,7 +2,10 @@
 # fresh Debian 12 machine (as root) `make demo` and `make test` are one
 # command each. Everything real happens in CMake; this file only sequences.
 #
-#   make deps      install the missing Debian packages (apt-get)
+#   make deps      install the missing Debian packages (apt-get), then make
+#                  .venv-torch, the venv with PyPI's torch 2.x that the torch
+#                  backend's second flavour is built with (scripts/venv_torch.sh;
+#                  without PyPI it says so and its tests are skipped)
 #   make build     configure and build into $(BUILD)
 #   make test      build, then run every test (ctest)
 #   make demo      build, then run the main demonstration
@@ -53,6 +56,7 @@ all: build
 
 deps:
 	@scripts/deps.sh
+	@scripts/venv_torch.sh
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS) >/dev/null

@@ -23,8 +23,9 @@ packages=(
   openmpi-bin iproute2 nftables
   # kizuna-train: OpenBLAS GEMMs, zlib for the gzip IDX files, Fashion-MNIST, --plot
   libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
-  # the torch.distributed backend (integrations/torch) and its pytest tests
-  python3-torch libtorch-dev pybind11-dev python3-pytest
+  # the torch.distributed backend (integrations/torch) and its pytest tests;
+  # python3-venv makes the torch 2.x environment (scripts/venv_torch.sh)
+  python3-torch libtorch-dev pybind11-dev python3-pytest python3-venv
 )
 
 missing=()
