@@ -1,7 +1,10 @@
 #include "kizuna_work.hpp"
 
+#include <kizuna/error.hpp>
+
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/jit_type.h>
+#include <c10/util/StringUtil.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -72,10 +75,14 @@ class Completions {
 }  // namespace
 
 KizunaWork::KizunaWork(int rank, c10d::OpType type, const char* profiling_title,
-                       std::vector<at::Tensor> outputs, int source_rank)
-    : c10d::Work(rank, type, profiling_title),
+                       const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, int source_rank)
+    : c10d::Work(rank, type, profiling_title, inputs),
+      call_(profiling_title + sizeof("kizuna:") - 1),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+#if KIZUNA_TORCH2
+      result_future_(c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get())),
+#endif
       source_rank_(source_rank) {}
 
 void KizunaWork::start(const c10::intrusive_ptr<KizunaWork>& work, std::vector<kizuna::Work> parts,
@@ -95,10 +102,35 @@ void KizunaWork::start(const c10::intrusive_ptr<KizunaWork>& work, std::vector<k
   }
 }
 
+bool KizunaWork::expire(std::exception_ptr error) {
+  std::lock_guard lock(error_mutex_);
+  if (pending_.load() == 0 || first_error_) return false;
+  first_error_ = std::move(error);
+  timed_out_ = true;
+  return true;
+}
+
+KizunaWork::TorchError KizunaWork::for_torch(const std::exception_ptr& error) const {
+  try {
+    std::rethrow_exception(error);
+  } catch (const kizuna::Error& e) {
+    if (e.code() == kizuna::ErrorCode::Timeout)
+      return {compat::backend_error(c10::str("kizuna: timeout in ", call_, " on rank ", rank_, ": ", e.what())),
+              true};
+    return {compat::backend_error(c10::str("kizuna: ", e.what())), false};
+  } catch (...) {
+    return {error, false};
+  }
+}
+
 void KizunaWork::part_done(const std::exception_ptr& error) {
   if (error) {
+    TorchError translated = for_torch(error);
     std::lock_guard lock(error_mutex_);
-    if (!first_error_) first_error_ = error;
+    if (!first_error_) {
+      first_error_ = std::move(translated.error);
+      timed_out_ = translated.timeout;
+    }
   }
   if (pending_.fetch_sub(1) == 1) complete();
 }
@@ -119,7 +151,16 @@ void KizunaWork::complete() {
   }
   epilogue_ = nullptr;  // release staging buffers now, not when Python drops the Work
   finish(error);
+#if KIZUNA_TORCH2
+  // Every part has finished: nothing writes timed_out_ any more.
+  const c10d::WorkResult result = !error       ? c10d::WorkResult::SUCCESS
+                                  : timed_out_ ? c10d::WorkResult::TIMEOUT
+                                               : c10d::WorkResult::COMM_ERROR;
+  Completions::get().post([future = future_, result_future = result_future_, outputs = outputs_, error, result] {
+    result_future->markCompleted(c10::IValue(static_cast<int64_t>(result)));
+#else
   Completions::get().post([future = future_, outputs = outputs_, error] {
+#endif
     if (error)
       future->setError(error);
     else
@@ -146,6 +187,10 @@ bool KizunaWork::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> KizunaWork::getFuture() { return future_; }
+
+#if KIZUNA_TORCH2
+c10::intrusive_ptr<c10::ivalue::Future> KizunaWork::getFutureResult() { return result_future_; }
+#endif
 
 std::vector<at::Tensor> KizunaWork::result() { return outputs_; }
 

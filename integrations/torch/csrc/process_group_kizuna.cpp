@@ -1,10 +1,10 @@
-// ProcessGroupKizuna: torch 1.13's c10d::ProcessGroup over a TorchComm.
-// Only this file knows which base class torch wants (see the header).
+// ProcessGroupKizuna: the backend object over a TorchComm, derived from the
+// base class the torch being built for wants (torch_compat.hpp).
 #include "process_group_kizuna.hpp"
 
 #include "torch_comm.hpp"
+#include "torch_compat.hpp"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/chrono.h>
@@ -16,30 +16,17 @@
 namespace kizuna_torch {
 namespace {
 
-using c10d::ProcessGroup;
-
 // Thread safety: c10d may call from any thread (DDP's autograd threads, the
 // Python thread); TorchComm and kizuna order calls by arrival.
-class ProcessGroupKizuna final : public ProcessGroup {
+class ProcessGroupKizuna final : public compat::BackendBase {
  public:
   ProcessGroupKizuna(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout)
-      : ProcessGroup(rank, size), comm_(store, rank, size, timeout) {
+      : compat::BackendBase(rank, size), comm_(store, rank, size, timeout) {
     init();
   }
 
-  // The communicator's worker thread may drop the last reference to a
-  // tensor Python owns, which takes the GIL; this destructor often runs
-  // with the GIL held (destroy_process_group) and joins that thread. Let
-  // go of the GIL meanwhile, or each waits for the other for ever.
-  ~ProcessGroupKizuna() override {
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      const pybind11::gil_scoped_release release;
-      comm_.close();
-    } else {
-      comm_.close();
-    }
-  }
+  ~ProcessGroupKizuna() override { close(); }
 
   const std::string getBackendName() const override { return "kizuna"; }
 
@@ -62,6 +49,10 @@ class ProcessGroupKizuna final : public ProcessGroup {
   }
   WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override {
     return comm_.allgather_base(output, input, opts);
+  }
+  WorkPtr allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+                              const c10d::AllgatherOptions& opts) override {
+    return comm_.allgather_coalesced(output_lists, inputs, opts);
   }
   WorkPtr gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                  const c10d::GatherOptions& opts) override {
@@ -94,11 +85,47 @@ class ProcessGroupKizuna final : public ProcessGroup {
     return comm_.recv(tensors, src, tag);
   }
   WorkPtr barrier(const c10d::BarrierOptions& opts) override { return comm_.barrier(opts); }
-  // Not overridden, so c10d's base raises "ProcessGroup kizuna does not
-  // support <call>": allgather_coalesced, recvAnysource, monitoredBarrier,
-  // and the sequence-number calls.
+  // Torch 1.13's Python refuses monitored_barrier() on any backend but
+  // Gloo; the method itself is reachable (group.monitored_barrier()).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    comm_.monitored_barrier(opts, wait_all_ranks);
+  }
+  // Sequence numbers start at 0 on every rank (as Gloo's): nothing to agree on.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return comm_.sequence_number(); }
+
+#if KIZUNA_TORCH2
+  WorkPtr allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllgatherOptions& opts) override {
+    return comm_.allgather_into_tensor_coalesced(outputs, inputs, opts);
+  }
+  WorkPtr reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override {
+    return comm_.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+  }
+  // destroy_process_group(): queued calls finish, then the communicator
+  // closes; later calls raise.
+  void shutdown() override { close(); }
+  void abort() override { comm_.abort("torch.distributed aborted the process group"); }
+#endif
+  // Not overridden, so c10d's base raises "... does not support <call>":
+  // recvAnysource, allreduce_sparse, and in torch 2.x gather_into_tensor,
+  // coalescing (startCoalescing) and splitting.
 
  private:
+  // The communicator's worker thread may drop the last reference to a
+  // tensor Python owns, which takes the GIL; closing often happens with
+  // the GIL held (destroy_process_group) and joins that thread. Let go of
+  // the GIL meanwhile, or each waits for the other for ever.
+  void close() {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      const pybind11::gil_scoped_release release;
+      comm_.close();
+    } else {
+      comm_.close();
+    }
+  }
+
   TorchComm comm_;
 };
 
@@ -109,7 +136,7 @@ void bind_process_group(pybind11::module_& m) {
   m.def(
       "create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         const std::chrono::duration<float>& timeout) -> c10::intrusive_ptr<ProcessGroup> {
+         const std::chrono::duration<float>& timeout) -> c10::intrusive_ptr<compat::BackendBase> {
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
         return c10::make_intrusive<ProcessGroupKizuna>(store, rank, size, ms);
       },

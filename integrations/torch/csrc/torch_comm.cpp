@@ -1,13 +1,13 @@
 #include "torch_comm.hpp"
 
-#include "store_adapter.hpp"
-
 #include <kizuna/comm_options.hpp>
 #include <kizuna/error.hpp>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -108,13 +108,6 @@ void check_like(const at::Tensor& t, const at::Tensor& like, const char* what, c
 
 std::size_t count(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
-// Held for the whole of each call (see torch_comm.hpp, "Threading").
-struct CallScope {
-  explicit CallScope(std::mutex& m) : lock(m) {}
-  std::lock_guard<std::mutex> lock;
-  at::NoGradGuard no_grad;
-};
-
 // A tensor as kizuna needs it: contiguous memory. `buffer` is the tensor
 // itself when it is contiguous, else a contiguous copy.
 struct Staged {
@@ -138,27 +131,111 @@ std::function<void()> copy_back(std::vector<Staged> outputs) {
   };
 }
 
+// The tensors of a coalesced call of one dtype, packed end to end: tensor
+// `index` at `offset`, `numel` elements in all. Packs come in the order
+// their dtype first appears, the same on every rank that passes the same
+// tensors.
+struct Pack {
+  at::ScalarType type;
+  DataType dtype;
+  int64_t numel = 0;
+  std::vector<std::pair<std::size_t, int64_t>> members = {};  // (index, offset)
+};
+
+std::vector<Pack> plan_packs(const std::vector<at::Tensor>& tensors, const char* call) {
+  std::vector<Pack> packs;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    const DataType dtype = data_type(t, call);
+    auto it = std::find_if(packs.begin(), packs.end(), [&](const Pack& p) { return p.type == t.scalar_type(); });
+    if (it == packs.end()) it = packs.insert(packs.end(), Pack{t.scalar_type(), dtype});
+    it->members.emplace_back(i, it->numel);
+    it->numel += t.numel();
+  }
+  return packs;
+}
+
+// A new buffer holding `pack`'s tensors end to end.
+at::Tensor packed(const Pack& pack, const std::vector<at::Tensor>& tensors) {
+  at::Tensor flat = at::empty({pack.numel}, tensors[pack.members[0].first].options());
+  for (const auto& [i, offset] : pack.members)
+    flat.narrow(0, offset, tensors[i].numel()).view(tensors[i].sizes()).copy_(tensors[i]);
+  return flat;
+}
+
+kizuna::Bytes bytes_of(const std::string& s) { return kizuna::Bytes(s.begin(), s.end()); }
+
+// torch's default process-group timeout, for a group created without one.
+constexpr std::chrono::minutes kTorchDefaultTimeout{30};
+
 }  // namespace
+
+struct TorchComm::CallScope {
+  explicit CallScope(TorchComm& comm) : lock(comm.call_mutex_) {
+    TORCH_CHECK(comm.comm_, "kizuna: this process group has been shut down or destroyed; create a new one");
+  }
+  std::lock_guard<std::mutex> lock;
+  at::NoGradGuard no_grad;
+};
 
 TorchComm::TorchComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size) {
+    : rank_(rank),
+      size_(size),
+      timeout_(timeout.count() > 0 ? timeout : std::chrono::milliseconds(0)),
+      call_timeouts_([this](const c10::intrusive_ptr<KizunaWork>& work, std::chrono::milliseconds t) {
+        expire(work, t);
+      }) {
   TORCH_CHECK(store, "kizuna: the c10d store is null");
-  auto adapter = std::make_shared<C10dStoreAdapter>(store);
+  store_ = std::make_shared<C10dStoreAdapter>(store);
   // Ranks agree on N when each creates its groups under this prefix in the
   // same order; a per-rank counter needs no coordination to agree.
-  const std::int64_t incarnation = adapter->add("kizuna/incarnation/rank" + std::to_string(rank), 1);
+  const std::int64_t incarnation = store_->add("kizuna/incarnation/rank" + std::to_string(rank), 1);
+  name_ = "kizuna/pg" + std::to_string(incarnation);
   kizuna::CommOptions options;
-  options.store = adapter;
+  options.store = store_;
   options.rank = rank;
   options.world_size = size;
-  options.name = "kizuna/pg" + std::to_string(incarnation);
-  if (timeout.count() > 0) {
-    options.timeout = timeout;
-    options.setup_timeout = timeout;
-    adapter->set_timeout(timeout);
+  options.name = name_;
+  if (timeout_.count() > 0) {
+    options.timeout = timeout_;
+    options.setup_timeout = timeout_;
+    store_->set_timeout(timeout_);
   }
   comm_ = kizuna::Communicator::create(options);
+}
+
+void TorchComm::close() {
+  call_timeouts_.stop();
+  std::shared_ptr<kizuna::Communicator> comm;
+  {
+    const std::lock_guard lock(call_mutex_);
+    const std::lock_guard swap(comm_mutex_);
+    last_ = kizuna::Work();
+    last_work_ = c10::weak_intrusive_ptr<KizunaWork>(c10::intrusive_ptr<KizunaWork>());
+    comm = std::move(comm_);
+  }
+  comm.reset();  // outside the locks: it waits for the queued calls
+}
+
+void TorchComm::abort(const std::string& reason) {
+  // Not under call_mutex_: a call holding it may be waiting for the very
+  // calls this aborts.
+  std::shared_ptr<kizuna::Communicator> comm;
+  {
+    const std::lock_guard swap(comm_mutex_);
+    comm = comm_;
+  }
+  if (comm) comm->abort(reason);
+}
+
+void TorchComm::expire(const c10::intrusive_ptr<KizunaWork>& work, std::chrono::milliseconds timeout) {
+  const std::string what = c10::str("timeout in ", work->call(), " on rank ", rank_,
+                                    ": not done within the call's timeout of ", timeout.count(), " ms");
+  if (!work->expire(compat::backend_error(
+          c10::str("kizuna: ", what, "; the communicator is aborted (create a new process group)"))))
+    return;
+  abort(what);
 }
 
 void TorchComm::queued(const std::vector<kizuna::Work>& parts) {
@@ -179,17 +256,23 @@ void TorchComm::settle() {
 }
 
 WorkPtr TorchComm::launch(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
-                          std::function<void()> epilogue, std::vector<at::Tensor> keep) {
+                          std::function<void()> epilogue, std::vector<at::Tensor> keep,
+                          std::chrono::milliseconds timeout) {
+  ++calls_;
   queued(parts);
   last_work_ = c10::weak_intrusive_ptr<KizunaWork>(work);
   KizunaWork::start(work, std::move(parts), [keep = std::move(keep), epilogue = std::move(epilogue)] {
     if (epilogue) epilogue();
   });
+  // A timeout of the call's own, if shorter than the group's (which kizuna
+  // enforces itself).
+  if (timeout != c10d::kUnsetTimeout && (timeout_.count() == 0 || timeout < timeout_) && !work->isCompleted())
+    call_timeouts_.watch(work, timeout);
   return work;
 }
 
 WorkPtr TorchComm::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "allreduce";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
@@ -197,45 +280,40 @@ WorkPtr TorchComm::allreduce(std::vector<at::Tensor>& tensors, const c10d::Allre
   if (!t.is_contiguous()) settle();
   Staged s{t, t.contiguous()};
   std::vector<kizuna::Work> parts{comm_->all_reduce(s.data(), count(t), dtype, op)};
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLREDUCE, "kizuna:all_reduce", tensors);
-  return launch(work, parts, copy_back({s}));
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLREDUCE, "kizuna:all_reduce", tensors, tensors);
+  return launch(work, parts, copy_back({s}), {}, opts.timeout);
 }
 
 WorkPtr TorchComm::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                        const c10d::AllreduceCoalescedOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "allreduce_coalesced";
   TORCH_CHECK(!tensors.empty(), "kizuna: ", kCall, ": no tensors given");
-  const DataType dtype = data_type(tensors[0], kCall);
-  std::size_t total = 0;
-  for (const at::Tensor& t : tensors) {
-    check_tensor(t, kCall);
-    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "kizuna: ", kCall,
-                ": all tensors must have one dtype, got ", tensors[0].scalar_type(), " and ",
-                t.scalar_type());
-    total += count(t);
-  }
-  const kizuna::ReduceOp op = reduce_op(opts.reduceOp, tensors[0], kCall);
-  // One all-reduce over the tensors packed end to end (as Gloo does).
+  const std::vector<Pack> packs = plan_packs(tensors, kCall);
+  std::vector<kizuna::ReduceOp> ops;
+  for (const Pack& p : packs) ops.push_back(reduce_op(opts.reduceOp, tensors[p.members[0].first], kCall));
+  // One all-reduce per pack (as Gloo does, which allows one dtype only).
   settle();
-  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, tensors[0].options());
-  std::vector<std::pair<at::Tensor, int64_t>> places;
-  int64_t offset = 0;
-  for (const at::Tensor& t : tensors) {
-    flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
-    places.emplace_back(t, offset);
-    offset += t.numel();
+  std::vector<at::Tensor> flats;
+  std::vector<kizuna::Work> parts;
+  for (std::size_t k = 0; k < packs.size(); ++k) {
+    flats.push_back(packed(packs[k], tensors));
+    parts.push_back(comm_->all_reduce(flats[k].data_ptr(), packs[k].numel, packs[k].dtype, ops[k]));
   }
-  std::vector<kizuna::Work> parts{comm_->all_reduce(flat.data_ptr(), total, dtype, op)};
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLREDUCE_COALESCED,
-                                              "kizuna:allreduce_coalesced", tensors);
-  return launch(work, parts, [flat, places = std::move(places)] {
-    for (const auto& [t, offset] : places) t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-  });
+                                              "kizuna:all_reduce_coalesced", tensors, tensors);
+  return launch(
+      work, parts,
+      [packs, flats, tensors] {
+        for (std::size_t k = 0; k < packs.size(); ++k)
+          for (const auto& [i, offset] : packs[k].members)
+            tensors[i].copy_(flats[k].narrow(0, offset, tensors[i].numel()).view(tensors[i].sizes()));
+      },
+      {}, opts.timeout);
 }
 
 WorkPtr TorchComm::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "broadcast";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
@@ -245,12 +323,12 @@ WorkPtr TorchComm::broadcast(std::vector<at::Tensor>& tensors, const c10d::Broad
   if (!t.is_contiguous() && rank_ == root) settle();
   Staged s{t, t.contiguous()};
   std::vector<kizuna::Work> parts{comm_->broadcast(s.data(), count(t), dtype, root)};
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::BROADCAST, "kizuna:broadcast", tensors);
-  return launch(work, parts, copy_back({s}));
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::BROADCAST, "kizuna:broadcast", tensors, tensors);
+  return launch(work, parts, copy_back({s}), {}, opts.timeout);
 }
 
 WorkPtr TorchComm::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "reduce";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
@@ -263,15 +341,15 @@ WorkPtr TorchComm::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOp
   // In place on the root; other ranks' tensors are left as they were.
   std::vector<kizuna::Work> parts{
       comm_->reduce(s.data(), rank_ == root ? s.data() : nullptr, count(t), dtype, op, root)};
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::REDUCE, "kizuna:reduce", tensors);
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::REDUCE, "kizuna:reduce", tensors, tensors);
   std::vector<Staged> results;
   if (rank_ == root) results.push_back(s);
-  return launch(work, parts, copy_back(std::move(results)), {s.buffer});
+  return launch(work, parts, copy_back(std::move(results)), {s.buffer}, opts.timeout);
 }
 
 WorkPtr TorchComm::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                              const c10d::AllgatherOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "allgather";
   at::Tensor& in = single(inputs, kCall);
   const DataType dtype = data_type(in, kCall);
@@ -286,17 +364,17 @@ WorkPtr TorchComm::allgather(std::vector<std::vector<at::Tensor>>& outputs, std:
   // Gathered into one buffer (rank r's block at r * numel), then copied out.
   at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
   std::vector<kizuna::Work> parts{comm_->all_gather(send.data_ptr(), flat.data_ptr(), count(in), dtype)};
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLGATHER, "kizuna:all_gather", outs);
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLGATHER, "kizuna:all_gather", inputs, outs);
   return launch(
       work, parts,
       [flat, outs] {
         for (std::size_t r = 0; r < outs.size(); ++r) outs[r].copy_(slot(flat, r, outs[r]));
       },
-      {send});
+      {send}, opts.timeout);
 }
 
 WorkPtr TorchComm::allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "_allgather_base";
   const DataType dtype = data_type(input, kCall);
   check_tensor(output, kCall);
@@ -308,14 +386,85 @@ WorkPtr TorchComm::allgather_base(at::Tensor& output, at::Tensor& input, const c
   const at::Tensor send = input.contiguous();
   Staged out{output, output.contiguous()};
   std::vector<kizuna::Work> parts{comm_->all_gather(send.data_ptr(), out.data(), count(input), dtype)};
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::_ALLGATHER_BASE, "kizuna:_allgather_base",
-                                              std::vector<at::Tensor>{output});
-  return launch(work, parts, copy_back({out}), {send});
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::_ALLGATHER_BASE, "kizuna:all_gather_into_tensor",
+                                              std::vector<at::Tensor>{input}, std::vector<at::Tensor>{output});
+  return launch(work, parts, copy_back({out}), {send}, opts.timeout);
+}
+
+WorkPtr TorchComm::allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists,
+                                       std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  const CallScope scope(*this);
+  constexpr const char* kCall = "allgather_coalesced";
+  TORCH_CHECK(!inputs.empty(), "kizuna: ", kCall, ": no input tensors given");
+  TORCH_CHECK(static_cast<int>(output_lists.size()) == size_, "kizuna: ", kCall, ": needs one output list per rank (",
+              size_, "), got ", output_lists.size());
+  for (std::size_t r = 0; r < output_lists.size(); ++r) {
+    TORCH_CHECK(output_lists[r].size() == inputs.size(), "kizuna: ", kCall, ": output list ", r, " has ",
+                output_lists[r].size(), " tensors; it needs one per input tensor (", inputs.size(), ")");
+    for (std::size_t i = 0; i < inputs.size(); ++i) check_like(output_lists[r][i], inputs[i], "an output tensor", kCall);
+  }
+  const std::vector<Pack> packs = plan_packs(inputs, kCall);
+  // Per pack: the inputs packed end to end, gathered into one buffer of
+  // size() packed blocks (rank r's at r * numel), then copied out.
+  settle();
+  std::vector<at::Tensor> sends, gathered;
+  std::vector<kizuna::Work> parts;
+  for (const Pack& p : packs) {
+    sends.push_back(packed(p, inputs));
+    gathered.push_back(at::empty({size_ * p.numel}, sends.back().options()));
+    parts.push_back(comm_->all_gather(sends.back().data_ptr(), gathered.back().data_ptr(),
+                                      static_cast<std::size_t>(p.numel), p.dtype));
+  }
+  std::vector<at::Tensor> outputs;
+  for (const auto& list : output_lists) outputs.insert(outputs.end(), list.begin(), list.end());
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLGATHER_COALESCED,
+                                              "kizuna:all_gather_coalesced", inputs, outputs);
+  return launch(
+      work, parts,
+      [packs, gathered, output_lists] {
+        for (std::size_t k = 0; k < packs.size(); ++k)
+          for (std::size_t r = 0; r < output_lists.size(); ++r)
+            for (const auto& [i, offset] : packs[k].members) {
+              const at::Tensor& out = output_lists[r][i];
+              out.copy_(gathered[k].narrow(0, static_cast<int64_t>(r) * packs[k].numel + offset, out.numel()).view(out.sizes()));
+            }
+      },
+      sends, opts.timeout);
+}
+
+WorkPtr TorchComm::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                   const c10d::AllgatherOptions& opts) {
+  const CallScope scope(*this);
+  constexpr const char* kCall = "allgather_into_tensor_coalesced";
+  TORCH_CHECK(outputs.size() == inputs.size(), "kizuna: ", kCall, ": ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
+  std::vector<DataType> dtypes;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    dtypes.push_back(data_type(inputs[i], kCall));
+    check_tensor(outputs[i], kCall);
+    TORCH_CHECK(outputs[i].scalar_type() == inputs[i].scalar_type(), "kizuna: ", kCall, ": output ", i, " has dtype ",
+                outputs[i].scalar_type(), " but its input has ", inputs[i].scalar_type());
+    TORCH_CHECK(outputs[i].numel() == size_ * inputs[i].numel(), "kizuna: ", kCall, ": output ", i, " has ",
+                outputs[i].numel(), " elements; it needs group size x input = ", size_, " x ", inputs[i].numel());
+    if (!inputs[i].is_contiguous()) settle();
+  }
+  // One all-gather per pair, straight into the output (or its staging copy).
+  std::vector<at::Tensor> sends;
+  std::vector<Staged> outs;
+  std::vector<kizuna::Work> parts;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    sends.push_back(inputs[i].contiguous());
+    outs.push_back(Staged{outputs[i], outputs[i].contiguous()});
+    parts.push_back(comm_->all_gather(sends[i].data_ptr(), outs[i].data(), count(inputs[i]), dtypes[i]));
+  }
+  auto work = c10::make_intrusive<KizunaWork>(rank_, compat::kAllgatherIntoTensorCoalesced,
+                                              "kizuna:all_gather_into_tensor_coalesced", inputs, outputs);
+  return launch(work, parts, copy_back(std::move(outs)), sends, opts.timeout);
 }
 
 WorkPtr TorchComm::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                           const c10d::GatherOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "gather";
   at::Tensor& in = single(inputs, kCall);
   const DataType dtype = data_type(in, kCall);
@@ -328,9 +477,9 @@ WorkPtr TorchComm::gather(std::vector<std::vector<at::Tensor>>& outputs, std::ve
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "kizuna: ", kCall,
                 ": only the root rank passes output tensors");
     parts.push_back(comm_->send(send.data_ptr(), count(in), dtype, root));
-    auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::GATHER, "kizuna:gather",
+    auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::GATHER, "kizuna:gather", inputs,
                                                 std::vector<at::Tensor>{});
-    return launch(work, parts, nullptr, {send});
+    return launch(work, parts, nullptr, {send}, opts.timeout);
   }
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "kizuna: ", kCall,
               ": the root needs one output list with one tensor per rank (", size_, ")");
@@ -339,17 +488,17 @@ WorkPtr TorchComm::gather(std::vector<std::vector<at::Tensor>>& outputs, std::ve
   at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
   for (int r = 0; r < size_; ++r)
     if (r != root) parts.push_back(comm_->recv(slot(flat, r, in).data_ptr(), count(in), dtype, r));
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::GATHER, "kizuna:gather", outs);
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::GATHER, "kizuna:gather", inputs, outs);
   // The root's own block needs no message: copied once the others arrived.
   return launch(work, parts, [send, flat, outs, root] {
     for (std::size_t r = 0; r < outs.size(); ++r)
       outs[r].copy_(static_cast<int>(r) == root ? send.view(outs[r].sizes()) : slot(flat, r, outs[r]));
-  });
+  }, {}, opts.timeout);
 }
 
 WorkPtr TorchComm::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                            const c10d::ScatterOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "scatter";
   at::Tensor& out = single(outputs, kCall);
   const DataType dtype = data_type(out, kCall);
@@ -361,8 +510,8 @@ WorkPtr TorchComm::scatter(std::vector<at::Tensor>& outputs, std::vector<std::ve
                 ": only the root rank passes input tensors");
     Staged s{out, out.contiguous()};
     parts.push_back(comm_->recv(s.data(), count(out), dtype, root));
-    auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SCATTER, "kizuna:scatter", outputs);
-    return launch(work, parts, copy_back({s}));
+    auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SCATTER, "kizuna:scatter", outputs, outputs);
+    return launch(work, parts, copy_back({s}), {}, opts.timeout);
   }
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "kizuna: ", kCall,
               ": the root needs one input list with one tensor per rank (", size_, ")");
@@ -374,14 +523,14 @@ WorkPtr TorchComm::scatter(std::vector<at::Tensor>& outputs, std::vector<std::ve
   }
   for (int r = 0; r < size_; ++r)
     if (r != root) parts.push_back(comm_->send(sends[r].data_ptr(), count(out), dtype, r));
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SCATTER, "kizuna:scatter", outputs);
-  return launch(work, parts, [sends, out, root] { out.copy_(sends[root].view(out.sizes())); });
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SCATTER, "kizuna:scatter", inputs[0], outputs);
+  return launch(work, parts, [sends, out, root] { out.copy_(sends[root].view(out.sizes())); }, {}, opts.timeout);
 }
 
 WorkPtr TorchComm::reduce_scatter(std::vector<at::Tensor>& outputs,
                                   std::vector<std::vector<at::Tensor>>& inputs,
                                   const c10d::ReduceScatterOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "reduce_scatter";
   at::Tensor& out = single(outputs, kCall);
   const DataType dtype = data_type(out, kCall);
@@ -396,13 +545,13 @@ WorkPtr TorchComm::reduce_scatter(std::vector<at::Tensor>& outputs,
   Staged s{out, out.contiguous()};
   std::vector<kizuna::Work> parts{comm_->reduce_scatter(flat.data_ptr(), s.data(), count(out), dtype, op)};
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::REDUCE_SCATTER, "kizuna:reduce_scatter",
-                                              outputs);
-  return launch(work, parts, copy_back({s}), {flat});
+                                              inputs[0], outputs);
+  return launch(work, parts, copy_back({s}), {flat}, opts.timeout);
 }
 
 WorkPtr TorchComm::reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                        const c10d::ReduceScatterOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "_reduce_scatter_base";
   const DataType dtype = data_type(input, kCall);
   check_tensor(output, kCall);
@@ -415,9 +564,41 @@ WorkPtr TorchComm::reduce_scatter_base(at::Tensor& output, at::Tensor& input,
   const at::Tensor send = input.contiguous();
   Staged out{output, output.contiguous()};
   std::vector<kizuna::Work> parts{comm_->reduce_scatter(send.data_ptr(), out.data(), count(output), dtype, op)};
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::_REDUCE_SCATTER_BASE,
-                                              "kizuna:_reduce_scatter_base", std::vector<at::Tensor>{output});
-  return launch(work, parts, copy_back({out}), {send});
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::_REDUCE_SCATTER_BASE, "kizuna:reduce_scatter_tensor",
+                                              std::vector<at::Tensor>{input}, std::vector<at::Tensor>{output});
+  return launch(work, parts, copy_back({out}), {send}, opts.timeout);
+}
+
+WorkPtr TorchComm::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                   const c10d::ReduceScatterOptions& opts) {
+  const CallScope scope(*this);
+  constexpr const char* kCall = "reduce_scatter_tensor_coalesced";
+  TORCH_CHECK(outputs.size() == inputs.size(), "kizuna: ", kCall, ": ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
+  std::vector<DataType> dtypes;
+  std::vector<kizuna::ReduceOp> ops;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    dtypes.push_back(data_type(inputs[i], kCall));
+    ops.push_back(reduce_op(opts.reduceOp, inputs[i], kCall));
+    check_tensor(outputs[i], kCall);
+    TORCH_CHECK(outputs[i].scalar_type() == inputs[i].scalar_type(), "kizuna: ", kCall, ": output ", i, " has dtype ",
+                outputs[i].scalar_type(), " but its input has ", inputs[i].scalar_type());
+    TORCH_CHECK(inputs[i].numel() == size_ * outputs[i].numel(), "kizuna: ", kCall, ": input ", i, " has ",
+                inputs[i].numel(), " elements; it needs group size x output = ", size_, " x ", outputs[i].numel());
+    if (!inputs[i].is_contiguous()) settle();
+  }
+  // One reduce-scatter per pair, straight into the output (or its staging copy).
+  std::vector<at::Tensor> sends;
+  std::vector<Staged> outs;
+  std::vector<kizuna::Work> parts;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    sends.push_back(inputs[i].contiguous());
+    outs.push_back(Staged{outputs[i], outputs[i].contiguous()});
+    parts.push_back(comm_->reduce_scatter(sends[i].data_ptr(), outs[i].data(), count(outputs[i]), dtypes[i], ops[i]));
+  }
+  auto work = c10::make_intrusive<KizunaWork>(rank_, compat::kReduceScatterTensorCoalesced,
+                                              "kizuna:reduce_scatter_tensor_coalesced", inputs, outputs);
+  return launch(work, parts, copy_back(std::move(outs)), sends, opts.timeout);
 }
 
 std::vector<kizuna::Work> TorchComm::exchange(const std::vector<Block>& sends, const std::vector<Block>& recvs,
@@ -465,7 +646,7 @@ std::vector<kizuna::Work> TorchComm::exchange(const std::vector<Block>& sends, c
 
 WorkPtr TorchComm::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
                                  std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "alltoall_base";
   const DataType dtype = data_type(input, kCall);
   check_tensor(output, kCall);
@@ -508,20 +689,20 @@ WorkPtr TorchComm::alltoall_base(at::Tensor& output, at::Tensor& input, std::vec
   TORCH_CHECK(mine_in.second == mine_out.second, "kizuna: ", kCall, ": this rank sends itself ",
               mine_in.second, " elements but expects ", mine_out.second);
   std::vector<kizuna::Work> parts = exchange(sends, recvs, dtype);
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLTOALL_BASE, "kizuna:alltoall_base",
-                                              std::vector<at::Tensor>{output});
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLTOALL_BASE, "kizuna:all_to_all",
+                                              std::vector<at::Tensor>{input}, std::vector<at::Tensor>{output});
   // The block to itself is copied last, after the calls queued before this
   // one have finished with the input (see "Ordering of staging copies").
   return launch(work, parts, [send, out, mine_in, mine_out] {
     const at::Tensor src = send.view({-1}).narrow(0, mine_in.first, mine_in.second);
     out.buffer.view({-1}).narrow(0, mine_out.first, mine_out.second).copy_(src);
     if (out.copied()) out.original.copy_(out.buffer);
-  });
+  }, {}, opts.timeout);
 }
 
 WorkPtr TorchComm::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                             const c10d::AllToAllOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "alltoall";
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "kizuna: ", kCall, ": needs one input and one output tensor per rank (", size_, "), got ",
@@ -545,24 +726,92 @@ WorkPtr TorchComm::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Te
   TORCH_CHECK(inputs[rank_].numel() == outputs[rank_].numel(), "kizuna: ", kCall,
               ": this rank's own input and output blocks differ in size");
   std::vector<kizuna::Work> parts = exchange(send_blocks, recv_blocks, dtype);
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLTOALL, "kizuna:alltoall", outputs);
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLTOALL, "kizuna:all_to_all", inputs, outputs);
   const int self = rank_;
   return launch(work, parts, [sends, recvs, self] {
     recvs[self].buffer.view({-1}).copy_(sends[self].view({-1}));
     copy_back(recvs)();
-  });
+  }, {}, opts.timeout);
 }
 
 WorkPtr TorchComm::barrier(const c10d::BarrierOptions& opts) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   std::vector<kizuna::Work> parts{comm_->barrier()};
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::BARRIER, "kizuna:barrier",
-                                              std::vector<at::Tensor>{});
-  return launch(work, parts, nullptr);
+                                              std::vector<at::Tensor>{}, std::vector<at::Tensor>{});
+  return launch(work, parts, nullptr, {}, opts.timeout);
+}
+
+void TorchComm::monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  std::string prefix;  // this barrier's keys in the group's store
+  {
+    const CallScope scope(*this);
+    prefix = c10::str(name_, "/monitored_barrier/", monitored_barriers_++, "/");
+  }
+  using std::chrono::milliseconds;
+  const milliseconds group_timeout = timeout_.count() > 0 ? timeout_ : milliseconds(kTorchDefaultTimeout);
+  const milliseconds timeout = opts.timeout == c10d::kUnsetTimeout ? group_timeout : opts.timeout;
+  const std::string verdict_key = prefix + "verdict";
+
+  if (rank_ != 0) {
+    // Check in, then wait for rank 0's verdict: it may arrive up to the
+    // group's timeout late, then waits `timeout` for one rank (or for each).
+    store_->set(prefix + std::to_string(rank_), bytes_of("1"));
+    const milliseconds patience = group_timeout + timeout * (wait_all_ranks ? size_ - 1 : 1);
+    std::string verdict;
+    try {
+      const kizuna::Bytes v = store_->get(verdict_key, patience);
+      verdict.assign(v.begin(), v.end());
+    } catch (const std::exception& e) {
+      verdict = e.what();
+    }
+    TORCH_CHECK(verdict == "ok", "Rank ", rank_,
+                " successfully reached monitoredBarrier, but received errors while waiting for send/recv from "
+                "rank 0. Please check rank 0 logs for faulty rank.\n Original exception: \n",
+                verdict);
+    return;
+  }
+
+  // Rank 0: every other rank in order, within `timeout` in all (or each
+  // within `timeout`, when waiting for all of them to name every one
+  // missing); the verdict goes to the store before any exception.
+  auto fail = [&](const std::string& message) {
+    try {
+      store_->set(verdict_key, bytes_of(message));
+    } catch (...) {
+    }
+    TORCH_CHECK(false, message);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> passed, failed;
+  for (int r = 1; r < size_; ++r) {
+    milliseconds wait = timeout;
+    if (!wait_all_ranks) {
+      wait = timeout - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+      if (wait.count() <= 0)
+        fail(c10::str("Rank 0 timed out in monitoredBarrier after ", timeout.count(), " ms.\n",
+                      passed.empty() ? std::string("No ranks successfully processed in monitoredBarrier.")
+                                     : c10::str("Successfully processed ranks: ", c10::Join(", ", passed))));
+    }
+    try {
+      store_->wait({prefix + std::to_string(r)}, std::max(wait, milliseconds(1)));
+      passed.push_back(r);
+    } catch (const std::exception& e) {
+      if (!wait_all_ranks)
+        fail(c10::str("[Rank 0]: Rank ", r, " failed to pass monitoredBarrier in ", timeout.count(),
+                      " ms\n Original exception: \n", e.what()));
+      failed.push_back(r);
+    }
+  }
+  if (!failed.empty())
+    fail(c10::str("[Rank 0]: Ranks ", c10::Join(", ", failed), " failed to pass monitoredBarrier in ",
+                  timeout.count(), " ms"));
+  store_->set(verdict_key, bytes_of("ok"));
+  for (int r : passed) store_->delete_key(prefix + std::to_string(r));
 }
 
 WorkPtr TorchComm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "send";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
@@ -570,20 +819,20 @@ WorkPtr TorchComm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   if (!t.is_contiguous()) settle();
   const at::Tensor buffer = t.contiguous();
   std::vector<kizuna::Work> parts{comm_->send(buffer.data_ptr(), count(t), dtype, dst)};
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SEND, "kizuna:send", tensors);
-  return launch(work, parts, nullptr, {buffer});
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SEND, "kizuna:send", tensors, tensors);
+  return launch(work, parts, nullptr, {buffer}, c10d::kUnsetTimeout);
 }
 
 WorkPtr TorchComm::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  const CallScope scope(call_mutex_);
+  const CallScope scope(*this);
   constexpr const char* kCall = "recv";
   at::Tensor& t = single(tensors, kCall);
   const DataType dtype = data_type(t, kCall);
   check_tag(tag, kCall);
   Staged s{t, t.contiguous()};
   std::vector<kizuna::Work> parts{comm_->recv(s.data(), count(t), dtype, src)};
-  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::RECV, "kizuna:recv", tensors, src);
-  return launch(work, parts, copy_back({s}));
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::RECV, "kizuna:recv", tensors, tensors, src);
+  return launch(work, parts, copy_back({s}), {}, c10d::kUnsetTimeout);
 }
 
 }  // namespace kizuna_torch

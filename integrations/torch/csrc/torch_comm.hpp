@@ -6,7 +6,7 @@
 // against the parts of c10d that torch 1.13 and 2.x share (Store, Work, the
 // *Options structs, ReduceOp). The torch-version-specific class
 // (process_group_kizuna.cpp: a c10d::ProcessGroup in 1.13, a c10d::Backend
-// in 2.x) only forwards its virtual methods here.
+// in 2.x, see torch_compat.hpp) only forwards its virtual methods here.
 //
 // Construction is collective: every rank of the group builds a TorchComm
 // from the same c10d store (torch's per-group PrefixStore) and it returns
@@ -30,6 +30,11 @@
 // all_reduce and then sent), so a call that stages an input first waits for
 // the calls still queued. Calls on contiguous tensors never wait.
 //
+// Coalesced calls (allreduce_coalesced, allgather_coalesced): the tensors
+// are packed end to end, one buffer per dtype, and each buffer takes one
+// collective. The *_tensor_coalesced calls of torch 2.x queue one
+// collective per tensor pair, as parts of one Work.
+//
 // Point to point: kizuna matches send/recv in call order between each pair
 // of ranks; tags are not supported (tag must be 0). all-to-all, gather and
 // scatter are built from send/recv: all-to-all as n-1 rounds of a
@@ -37,27 +42,49 @@
 // lower rank of each pair sending first), which cannot deadlock even though
 // each rank runs its sends and receives one at a time.
 //
+// monitored_barrier (Gloo's monitoredBarrier, which torch 2.x lets any
+// backend provide): rank 0 waits for every other rank to check in, in rank
+// order, then publishes its verdict, which the others wait for; it runs
+// through the group's store, not the communicator, so it never waits behind
+// queued calls and a rank that fails it leaves the communicator usable. Its
+// messages are Gloo's ("[Rank 0]: Rank 2 failed to pass monitoredBarrier in
+// 1000 ms", "Rank 0 timed out in monitoredBarrier after 0 ms", "Rank 1
+// successfully reached monitoredBarrier, but received errors while waiting
+// for send/recv from rank 0..."), which tools and tests match.
+//
 // Threading: calls may come from several threads (DDP's autograd threads
 // and the Python thread). Each call holds a mutex from its checks to its
 // last enqueue, so that its parts are contiguous in kizuna's queue and the
 // record of the last one queued is exact. Staging copies run with autograd
 // off (like an optimizer's update), so tensors that require grad are fine.
 //
-// Per-call timeouts (opts.timeout) are not used: every collective runs under
-// the group's timeout (init_process_group's), which kizuna enforces.
+// Timeouts: every call runs under the group's timeout (init_process_group's),
+// which kizuna enforces. A call whose options carry a shorter timeout of its
+// own is watched (call_timeouts.hpp): if it is not done by then, its Work
+// fails with "kizuna: timeout in <call> on rank <r>: ..." and the
+// communicator is aborted, as after kizuna's own timeout; later calls fail
+// with Aborted. A per-call timeout longer than the group's cannot extend it.
+//
+// Sequence number: the number of calls this rank has made on the group
+// (Gloo's count, which TORCH_DISTRIBUTED_DEBUG=DETAIL compares across ranks).
 #pragma once
 
+#include "call_timeouts.hpp"
 #include "kizuna_work.hpp"
+#include "store_adapter.hpp"
 
 #include <kizuna/comm.hpp>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace kizuna_torch {
@@ -71,14 +98,12 @@ class TorchComm {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const std::shared_ptr<kizuna::Communicator>& communicator() const { return comm_; }
   // Lets go of the communicator (its destructor finishes queued calls and
-  // joins its worker thread); nothing may be called afterwards.
-  void close() {
-    last_ = kizuna::Work();
-    last_work_ = c10::weak_intrusive_ptr<KizunaWork>(c10::intrusive_ptr<KizunaWork>());
-    comm_.reset();
-  }
+  // joins its worker thread); later calls raise. Idempotent.
+  void close();
+  // Fails every queued call with Aborted at once (kizuna's abort()).
+  void abort(const std::string& reason);
+  std::uint64_t sequence_number() const { return calls_.load(); }
 
   WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
   WorkPtr allreduce_coalesced(std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts);
@@ -87,6 +112,10 @@ class TorchComm {
   WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                     const c10d::AllgatherOptions& opts);
   WorkPtr allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts);
+  WorkPtr allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+                              const c10d::AllgatherOptions& opts);
+  WorkPtr allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllgatherOptions& opts);
   WorkPtr gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                  const c10d::GatherOptions& opts);
   WorkPtr scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -94,11 +123,15 @@ class TorchComm {
   WorkPtr reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                          const c10d::ReduceScatterOptions& opts);
   WorkPtr reduce_scatter_base(at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts);
+  WorkPtr reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::ReduceScatterOptions& opts);
   WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
                         std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts);
   WorkPtr alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                    const c10d::AllToAllOptions& opts);
   WorkPtr barrier(const c10d::BarrierOptions& opts);
+  // Blocks; throws on failure (see "monitored_barrier" above).
+  void monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_ranks);
   WorkPtr send(std::vector<at::Tensor>& tensors, int dst, int tag);
   WorkPtr recv(std::vector<at::Tensor>& tensors, int src, int tag);
 
@@ -112,11 +145,17 @@ class TorchComm {
   // indexed by peer (this rank's own entries are ignored).
   std::vector<kizuna::Work> exchange(const std::vector<Block>& sends, const std::vector<Block>& recvs,
                                      kizuna::DataType dtype);
+  // Holds the call mutex and turns autograd off for the whole of a call
+  // (see "Threading"); raises once the group is closed.
+  struct CallScope;
   // Queues `work`'s parts and starts it; `epilogue` runs once they all
   // succeeded, and `keep` (staging buffers the parts read or write) lives
-  // until then.
+  // until then. `timeout`: the call's own (opts.timeout), or kUnsetTimeout.
   WorkPtr launch(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
-                 std::function<void()> epilogue, std::vector<at::Tensor> keep = {});
+                 std::function<void()> epilogue, std::vector<at::Tensor> keep,
+                 std::chrono::milliseconds timeout);
+  // Fails `work`, past its own `timeout`, and aborts the communicator.
+  void expire(const c10::intrusive_ptr<KizunaWork>& work, std::chrono::milliseconds timeout);
   // Waits for every call queued so far (see "Ordering of staging copies").
   void settle();
   // Records the last kizuna Work queued.
@@ -124,8 +163,15 @@ class TorchComm {
 
   int rank_;
   int size_;
+  std::chrono::milliseconds timeout_;  // the group's (0: kizuna's default)
+  std::shared_ptr<C10dStoreAdapter> store_;
+  std::string name_;  // the communicator's, which prefixes this group's store keys
   std::shared_ptr<kizuna::Communicator> comm_;
+  CallTimeouts call_timeouts_;
+  std::atomic<std::uint64_t> calls_{0};
+  std::uint64_t monitored_barriers_ = 0;  // guarded by call_mutex_
   std::mutex call_mutex_;  // held by each call from its checks to its last enqueue
+  std::mutex comm_mutex_;  // held to replace comm_ (close) or to copy it outside a call (abort)
   kizuna::Work last_;      // the last kizuna Work queued (guarded by call_mutex_)
   // The last call's Work (guarded by call_mutex_): done once its results
   // are copied back, which its last kizuna Work being done does not say.

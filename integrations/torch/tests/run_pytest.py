@@ -12,7 +12,8 @@ for module in ("pytest", "torch", "torch.distributed"):
     except ImportError:
         found = False
     if not found:
-        print(f"skipped: Python module {module} not found (install python3-torch and python3-pytest)")
+        print(f"skipped: Python module {module} not found by {sys.executable} (install python3-torch and "
+              "python3-pytest, or run `make deps` for the torch 2.x virtual environment)")
         sys.exit(77)
 
 import pytest  # noqa: E402

@@ -203,6 +203,17 @@ dist.all_gather(outs, make(torch.float32, 12).view(3, 4))
 for r in range(world):
     same(f"all_gather non-contiguous output {r}", outs[r], make(torch.float32, 12, r=r).view(3, 4))
 
+# ---- all_gather_coalesced (three tensors of one dtype per rank), vs Gloo
+for dtype in [torch.float32, torch.int64]:
+    ins = [make(dtype, n, salt=j) for j, n in enumerate([5, 1, 300])]
+    ks = [[torch.empty(n, dtype=dtype) for n in [5, 1, 300]] for _ in range(world)]
+    gs = [[torch.empty(n, dtype=dtype) for n in [5, 1, 300]] for _ in range(world)]
+    dist.all_gather_coalesced(ks, ins)
+    dist.all_gather_coalesced(gs, ins, group=gloo)
+    for r in range(world):
+        for j in range(3):
+            same(f"all_gather_coalesced {dtype} rank {r} [{j}]", ks[r][j], gs[r][j])
+
 # ---- reduce_scatter, _reduce_scatter_base (Gloo 1.13 has neither: the
 # reference is Gloo's all_reduce of the whole input, this rank's block of it)
 for dtype in DTYPES:

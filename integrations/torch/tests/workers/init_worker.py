@@ -136,8 +136,8 @@ raises("tag", lambda: dist.send(torch.ones(2), (rank + 1) % world, tag=7), "send
 raises("recv from any source", lambda: dist.recv(torch.ones(2)), "recvAnysource", "kizuna")
 raises("all_gather list size", lambda: dist.all_gather([torch.ones(2)], torch.ones(2)),
        "allgather", "one per rank")
-raises("allgather_coalesced", lambda: dist.all_gather_coalesced([[torch.ones(2)] * world], [torch.ones(2)]),
-       "allgather_coalesced")
+raises("allgather_coalesced list count", lambda: dist.all_gather_coalesced([[torch.ones(2)] * world], [torch.ones(2)]),
+       "allgather_coalesced", "one output list per rank")
 dist.barrier()
 check.expect("usable after argument errors", sum_of_ranks() == world * (world - 1) / 2)
 dist.destroy_process_group()
