@@ -1,6 +1,7 @@
 #include "kizuna_work.hpp"
 
 #include <kizuna/error.hpp>
+#include <kizuna/types.hpp>
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/jit_type.h>
@@ -195,8 +196,12 @@ c10::intrusive_ptr<c10::ivalue::Future> KizunaWork::getFutureResult() { return r
 std::vector<at::Tensor> KizunaWork::result() { return outputs_; }
 
 int KizunaWork::sourceRank() const {
-  TORCH_CHECK(source_rank_ >= 0, "kizuna: sourceRank() is defined only for the Work of a recv");
-  return source_rank_;
+  TORCH_CHECK(source_rank_ != kNotReceive, "kizuna: sourceRank() is defined only for the Work of a recv");
+  if (source_rank_ != kizuna::kAnySource) return source_rank_;
+  // parts_ is set once, before the Work is returned to anyone.
+  TORCH_CHECK(!parts_.empty() && parts_[0].done(),
+              "kizuna: the source of a receive from any source is known once it has completed (wait() first)");
+  return parts_[0].source();
 }
 
 }  // namespace kizuna_torch

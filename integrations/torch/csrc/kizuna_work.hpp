@@ -35,6 +35,10 @@
 // isCompleted(), isSuccess() and exception() are c10d::Work's, over the
 // state that finish() sets.
 //
+// sourceRank() is the rank a receive's message came from: the one asked
+// for, or for a receive from any source (kizuna::kAnySource) the one
+// kizuna matched, once the Work has completed.
+//
 // getFuture() is what DDP waits on: its value is the list of output tensors
 // (for all-reduce the reduced tensor, as DDP's reducer expects). In torch
 // 2.x getFutureResult() completes with the c10d::WorkResult (SUCCESS,
@@ -67,8 +71,10 @@ class KizunaWork final : public c10d::Work {
   // `profiling_title` is "kizuna:<call>" and must outlive the Work (a
   // string literal). `inputs`: what the profiler records. `outputs`: the
   // caller's tensors that hold the result (the future's value).
+  // `source_rank`: a receive's source, or kizuna::kAnySource.
+  static constexpr int kNotReceive = -2;
   KizunaWork(int rank, c10d::OpType type, const char* profiling_title, const std::vector<at::Tensor>& inputs,
-             std::vector<at::Tensor> outputs, int source_rank = -1);
+             std::vector<at::Tensor> outputs, int source_rank = kNotReceive);
 
   // The call's name for messages ("all_reduce").
   const char* call() const { return call_; }

@@ -84,6 +84,9 @@ class ProcessGroupKizuna final : public compat::BackendBase {
   WorkPtr recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     return comm_.recv(tensors, src, tag);
   }
+  WorkPtr recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    return comm_.recv_anysource(tensors, tag);
+  }
   WorkPtr barrier(const c10d::BarrierOptions& opts) override { return comm_.barrier(opts); }
   // Torch 1.13's Python refuses monitored_barrier() on any backend but
   // Gloo; the method itself is reachable (group.monitored_barrier()).
@@ -109,7 +112,7 @@ class ProcessGroupKizuna final : public compat::BackendBase {
   void abort() override { comm_.abort("torch.distributed aborted the process group"); }
 #endif
   // Not overridden, so c10d's base raises "... does not support <call>":
-  // recvAnysource, allreduce_sparse, and in torch 2.x gather_into_tensor,
+  // allreduce_sparse, and in torch 2.x gather_into_tensor (gather_single),
   // coalescing (startCoalescing) and splitting.
 
  private:

@@ -8,6 +8,7 @@
 #include <c10/util/StringUtil.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -92,10 +93,13 @@ void check_root(int64_t root, int size, const char* call) {
               " is out of range for a group of ", size);
 }
 
+// The tag of the messages gather, scatter and all-to-all are made of, kept
+// from the callers' own so that a receive from any source never takes one.
+constexpr int kInternalTag = std::numeric_limits<int>::max();
+
 void check_tag(int tag, const char* call) {
-  TORCH_CHECK(tag == 0, "kizuna: ", call, ": tag ", tag,
-              " is not supported; kizuna matches send and recv in call order between each pair "
-              "of ranks (use tag=0)");
+  TORCH_CHECK(tag >= 0 && tag < kInternalTag, "kizuna: ", call, ": tag ", tag, " is out of range [0, ",
+              kInternalTag, ")");
 }
 
 void check_like(const at::Tensor& t, const at::Tensor& like, const char* what, const char* call) {
@@ -173,6 +177,14 @@ constexpr std::chrono::minutes kTorchDefaultTimeout{30};
 struct TorchComm::CallScope {
   explicit CallScope(TorchComm& comm) : lock(comm.call_mutex_) {
     TORCH_CHECK(comm.comm_, "kizuna: this process group has been shut down or destroyed; create a new one");
+    // See "Order" in torch_comm.hpp. Its error belongs to its own Work.
+    if (const auto work = comm.apart_.lock()) {
+      try {
+        work->wait();
+      } catch (...) {
+      }
+    }
+    comm.apart_ = c10::weak_intrusive_ptr<KizunaWork>(c10::intrusive_ptr<KizunaWork>());
   }
   std::lock_guard<std::mutex> lock;
   at::NoGradGuard no_grad;
@@ -258,9 +270,15 @@ void TorchComm::settle() {
 WorkPtr TorchComm::launch(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
                           std::function<void()> epilogue, std::vector<at::Tensor> keep,
                           std::chrono::milliseconds timeout) {
-  ++calls_;
   queued(parts);
   last_work_ = c10::weak_intrusive_ptr<KizunaWork>(work);
+  return start(std::move(work), std::move(parts), std::move(epilogue), std::move(keep), timeout);
+}
+
+WorkPtr TorchComm::start(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
+                         std::function<void()> epilogue, std::vector<at::Tensor> keep,
+                         std::chrono::milliseconds timeout) {
+  ++calls_;
   KizunaWork::start(work, std::move(parts), [keep = std::move(keep), epilogue = std::move(epilogue)] {
     if (epilogue) epilogue();
   });
@@ -476,9 +494,10 @@ WorkPtr TorchComm::gather(std::vector<std::vector<at::Tensor>>& outputs, std::ve
   if (rank_ != root) {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "kizuna: ", kCall,
                 ": only the root rank passes output tensors");
-    parts.push_back(comm_->send(send.data_ptr(), count(in), dtype, root));
+    parts.push_back(comm_->send(send.data_ptr(), count(in), dtype, root, kInternalTag));
     auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::GATHER, "kizuna:gather", inputs,
                                                 std::vector<at::Tensor>{});
+    apart_ = c10::weak_intrusive_ptr<KizunaWork>(work);
     return launch(work, parts, nullptr, {send}, opts.timeout);
   }
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "kizuna: ", kCall,
@@ -487,8 +506,9 @@ WorkPtr TorchComm::gather(std::vector<std::vector<at::Tensor>>& outputs, std::ve
   for (const at::Tensor& o : outs) check_like(o, in, "an output tensor", kCall);
   at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
   for (int r = 0; r < size_; ++r)
-    if (r != root) parts.push_back(comm_->recv(slot(flat, r, in).data_ptr(), count(in), dtype, r));
+    if (r != root) parts.push_back(comm_->recv(slot(flat, r, in).data_ptr(), count(in), dtype, r, kInternalTag));
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::GATHER, "kizuna:gather", inputs, outs);
+  apart_ = c10::weak_intrusive_ptr<KizunaWork>(work);
   // The root's own block needs no message: copied once the others arrived.
   return launch(work, parts, [send, flat, outs, root] {
     for (std::size_t r = 0; r < outs.size(); ++r)
@@ -509,8 +529,9 @@ WorkPtr TorchComm::scatter(std::vector<at::Tensor>& outputs, std::vector<std::ve
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "kizuna: ", kCall,
                 ": only the root rank passes input tensors");
     Staged s{out, out.contiguous()};
-    parts.push_back(comm_->recv(s.data(), count(out), dtype, root));
+    parts.push_back(comm_->recv(s.data(), count(out), dtype, root, kInternalTag));
     auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SCATTER, "kizuna:scatter", outputs, outputs);
+    apart_ = c10::weak_intrusive_ptr<KizunaWork>(work);
     return launch(work, parts, copy_back({s}), {}, opts.timeout);
   }
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "kizuna: ", kCall,
@@ -522,8 +543,9 @@ WorkPtr TorchComm::scatter(std::vector<at::Tensor>& outputs, std::vector<std::ve
     sends.push_back(i.contiguous());
   }
   for (int r = 0; r < size_; ++r)
-    if (r != root) parts.push_back(comm_->send(sends[r].data_ptr(), count(out), dtype, r));
+    if (r != root) parts.push_back(comm_->send(sends[r].data_ptr(), count(out), dtype, r, kInternalTag));
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SCATTER, "kizuna:scatter", inputs[0], outputs);
+  apart_ = c10::weak_intrusive_ptr<KizunaWork>(work);
   return launch(work, parts, [sends, out, root] { out.copy_(sends[root].view(out.sizes())); }, {}, opts.timeout);
 }
 
@@ -628,10 +650,10 @@ std::vector<kizuna::Work> TorchComm::exchange(const std::vector<Block>& sends, c
     const Block& out = sends[peer];
     const Block& in = recvs[peer];
     auto send = [&] {
-      if (out.count) parts.push_back(comm_->send(out.data, out.count, dtype, peer));
+      if (out.count) parts.push_back(comm_->send(out.data, out.count, dtype, peer, kInternalTag));
     };
     auto recv = [&] {
-      if (in.count) parts.push_back(comm_->recv(in.data, in.count, dtype, peer));
+      if (in.count) parts.push_back(comm_->recv(in.data, in.count, dtype, peer, kInternalTag));
     };
     if (rank_ < peer) {
       send();
@@ -691,6 +713,7 @@ WorkPtr TorchComm::alltoall_base(at::Tensor& output, at::Tensor& input, std::vec
   std::vector<kizuna::Work> parts = exchange(sends, recvs, dtype);
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLTOALL_BASE, "kizuna:all_to_all",
                                               std::vector<at::Tensor>{input}, std::vector<at::Tensor>{output});
+  apart_ = c10::weak_intrusive_ptr<KizunaWork>(work);
   // The block to itself is copied last, after the calls queued before this
   // one have finished with the input (see "Ordering of staging copies").
   return launch(work, parts, [send, out, mine_in, mine_out] {
@@ -727,6 +750,7 @@ WorkPtr TorchComm::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Te
               ": this rank's own input and output blocks differ in size");
   std::vector<kizuna::Work> parts = exchange(send_blocks, recv_blocks, dtype);
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLTOALL, "kizuna:all_to_all", inputs, outputs);
+  apart_ = c10::weak_intrusive_ptr<KizunaWork>(work);
   const int self = rank_;
   return launch(work, parts, [sends, recvs, self] {
     recvs[self].buffer.view({-1}).copy_(sends[self].view({-1}));
@@ -818,9 +842,9 @@ WorkPtr TorchComm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   check_tag(tag, kCall);
   if (!t.is_contiguous()) settle();
   const at::Tensor buffer = t.contiguous();
-  std::vector<kizuna::Work> parts{comm_->send(buffer.data_ptr(), count(t), dtype, dst)};
+  std::vector<kizuna::Work> parts{comm_->send(buffer.data_ptr(), count(t), dtype, dst, tag)};
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::SEND, "kizuna:send", tensors, tensors);
-  return launch(work, parts, nullptr, {buffer}, c10d::kUnsetTimeout);
+  return start(work, parts, nullptr, {buffer}, c10d::kUnsetTimeout);
 }
 
 WorkPtr TorchComm::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
@@ -830,9 +854,22 @@ WorkPtr TorchComm::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   const DataType dtype = data_type(t, kCall);
   check_tag(tag, kCall);
   Staged s{t, t.contiguous()};
-  std::vector<kizuna::Work> parts{comm_->recv(s.data(), count(t), dtype, src)};
+  std::vector<kizuna::Work> parts{comm_->recv(s.data(), count(t), dtype, src, tag)};
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::RECV, "kizuna:recv", tensors, tensors, src);
-  return launch(work, parts, copy_back({s}), {}, c10d::kUnsetTimeout);
+  return start(work, parts, copy_back({s}), {}, c10d::kUnsetTimeout);
+}
+
+WorkPtr TorchComm::recv_anysource(std::vector<at::Tensor>& tensors, int tag) {
+  const CallScope scope(*this);
+  constexpr const char* kCall = "recvAnysource";
+  at::Tensor& t = single(tensors, kCall);
+  const DataType dtype = data_type(t, kCall);
+  check_tag(tag, kCall);
+  Staged s{t, t.contiguous()};
+  std::vector<kizuna::Work> parts{comm_->recv(s.data(), count(t), dtype, kizuna::kAnySource, tag)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::RECVANYSOURCE, "kizuna:recvAnySource", tensors,
+                                              tensors, kizuna::kAnySource);
+  return start(work, parts, copy_back({s}), {}, c10d::kUnsetTimeout);
 }
 
 }  // namespace kizuna_torch

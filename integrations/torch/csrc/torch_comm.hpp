@@ -35,12 +35,22 @@
 // collective. The *_tensor_coalesced calls of torch 2.x queue one
 // collective per tensor pair, as parts of one Work.
 //
-// Point to point: kizuna matches send/recv in call order between each pair
-// of ranks; tags are not supported (tag must be 0). all-to-all, gather and
-// scatter are built from send/recv: all-to-all as n-1 rounds of a
-// round-robin tournament (each round a perfect matching of the ranks, the
-// lower rank of each pair sending first), which cannot deadlock even though
-// each rank runs its sends and receives one at a time.
+// Point to point: kizuna's, which matches as MPI does (by tag, in order per
+// sender and tag; recvAnysource takes the earliest message of any rank and
+// its Work's sourceRank() says whose) and runs apart from the collectives'
+// queue, so a posted receive holds back nothing (batch_isend_irecv in any
+// order). Tags are 0 to INT_MAX - 1. all-to-all, gather and scatter are
+// built from sends and receives of their own tag, INT_MAX: all-to-all as
+// n-1 rounds of a round-robin tournament (each round a perfect matching of
+// the ranks, the lower rank of each pair sending first).
+//
+// Order: calls run in call order. Collectives go through kizuna's queue;
+// a send or receive starts once the collectives called before it are done.
+// A call built from sends and receives (gather, scatter, all-to-all) is not
+// in the queue, so the next call of any kind first waits for it to finish:
+// its results are then in place for whatever comes next. A plain send or
+// receive holds back nothing after it (as in torch's other backends, a
+// tensor being received into must not be used until its Work is done).
 //
 // monitored_barrier (Gloo's monitoredBarrier, which torch 2.x lets any
 // backend provide): rank 0 waits for every other rank to check in, in rank
@@ -134,6 +144,7 @@ class TorchComm {
   void monitored_barrier(const c10d::BarrierOptions& opts, bool wait_all_ranks);
   WorkPtr send(std::vector<at::Tensor>& tensors, int dst, int tag);
   WorkPtr recv(std::vector<at::Tensor>& tensors, int src, int tag);
+  WorkPtr recv_anysource(std::vector<at::Tensor>& tensors, int tag);
 
  private:
   // One block of an exchange: `count` elements at `data` to or from `peer`.
@@ -146,17 +157,21 @@ class TorchComm {
   std::vector<kizuna::Work> exchange(const std::vector<Block>& sends, const std::vector<Block>& recvs,
                                      kizuna::DataType dtype);
   // Holds the call mutex and turns autograd off for the whole of a call
-  // (see "Threading"); raises once the group is closed.
+  // (see "Threading"), after the last call built from sends and receives
+  // has finished (see "Order"); raises once the group is closed.
   struct CallScope;
-  // Queues `work`'s parts and starts it; `epilogue` runs once they all
-  // succeeded, and `keep` (staging buffers the parts read or write) lives
-  // until then. `timeout`: the call's own (opts.timeout), or kUnsetTimeout.
+  // Starts `work` over its parts; `epilogue` runs once they all succeeded,
+  // and `keep` (staging buffers the parts read or write) lives until then.
+  // `timeout`: the call's own (opts.timeout), or kUnsetTimeout.
+  WorkPtr start(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
+                std::function<void()> epilogue, std::vector<at::Tensor> keep, std::chrono::milliseconds timeout);
+  // start() for a collective: the call settle() waits for.
   WorkPtr launch(c10::intrusive_ptr<KizunaWork> work, std::vector<kizuna::Work> parts,
                  std::function<void()> epilogue, std::vector<at::Tensor> keep,
                  std::chrono::milliseconds timeout);
   // Fails `work`, past its own `timeout`, and aborts the communicator.
   void expire(const c10::intrusive_ptr<KizunaWork>& work, std::chrono::milliseconds timeout);
-  // Waits for every call queued so far (see "Ordering of staging copies").
+  // Waits for every collective called so far (see "Ordering of staging copies").
   void settle();
   // Records the last kizuna Work queued.
   void queued(const std::vector<kizuna::Work>& parts);
@@ -178,6 +193,9 @@ class TorchComm {
   // Weak: it lives while in flight (its parts' callbacks hold it) or while
   // the caller keeps it, and holds no tensor beyond that.
   c10::weak_intrusive_ptr<KizunaWork> last_work_{c10::intrusive_ptr<KizunaWork>()};
+  // The last call built from sends and receives, until the next call has
+  // waited for it (guarded by call_mutex_; weak, as last_work_).
+  c10::weak_intrusive_ptr<KizunaWork> apart_{c10::intrusive_ptr<KizunaWork>()};
 };
 
 }  // namespace kizuna_torch

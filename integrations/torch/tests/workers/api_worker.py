@@ -15,6 +15,10 @@ as PyTorch's own distributed tests ask it of Gloo. World of 3.
    torch 2.x's DistBackendError; a per-call timeout aborts the communicator.
 5. torch 2.x only: barrier(device_ids=...), Work.get_future_result(), and
    the coalescing manager's all_gather_into_tensor / reduce_scatter_tensor.
+6. Point to point: receives posted before the sends (batch_isend_irecv),
+   tags received out of order, receives from any source (recv() returns
+   the sender; an irecv's Work says it), and a pending receive that holds
+   back neither collectives nor an all-to-all.
 Each scenario that leaves a group out of step uses a group of its own.
 """
 
@@ -176,6 +180,55 @@ if TORCH2:
     check.close("coalesced reduce_scatter_tensor float", outs[0], total[rank * 2:(rank + 1) * 2], exact=True)
     check.close("coalesced reduce_scatter_tensor int32", outs[1], torch.full((4,), world, dtype=torch.int32),
                 exact=True)
+
+# ---- 6. point to point
+x = torch.full((5,), float(rank))
+got = torch.empty(5)
+reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, got, prv), dist.P2POp(dist.isend, x, nxt)])
+for req in reqs:
+    req.wait()
+check.expect("batch_isend_irecv, receives first", torch.equal(got, torch.full((5,), float(prv))), str(got))
+
+first, second = torch.empty(3), torch.empty(3)
+sends = [dist.isend(torch.full((3,), 10.0 + rank), nxt, tag=1), dist.isend(torch.full((3,), 20.0 + rank), nxt, tag=2)]
+dist.recv(second, prv, tag=2)  # the later message first
+dist.recv(first, prv, tag=1)
+for req in sends:
+    req.wait()
+check.expect("tags out of order", first[0].item() == 10.0 + prv and second[0].item() == 20.0 + prv,
+             f"{first} {second}")
+
+# Every other rank sends rank 0 two messages; rank 0 receives them from any
+# source, with recv() and with irecv().
+if rank == 0:
+    senders = []
+    for _ in range(world - 1):
+        t = torch.empty(2)
+        senders.append(dist.recv(t, tag=5))
+        check.expect("recv from any source: data from the sender", torch.equal(t, torch.full((2,), float(senders[-1]))))
+    for _ in range(world - 1):
+        t = torch.empty(2)
+        work = dist.irecv(t, tag=6)
+        work.wait()
+        senders.append(work._source_rank())
+        check.expect("irecv from any source: data from the sender", torch.equal(t, torch.full((2,), float(senders[-1]))))
+    check.expect("every sender once per kind", sorted(senders) == sorted(list(range(1, world)) * 2), str(senders))
+else:
+    dist.send(torch.full((2,), float(rank)), 0, tag=5)
+    dist.send(torch.full((2,), float(rank)), 0, tag=6)
+
+# A receive posted first holds back neither an all_reduce nor an all-to-all.
+late = torch.empty(4)
+pending = dist.irecv(late, prv, tag=9)
+t = torch.ones(3)
+dist.all_reduce(t)
+out = torch.empty(world * 2)
+dist.all_to_all_single(out, torch.full((world * 2,), float(rank)))
+dist.send(torch.full((4,), float(rank)), nxt, tag=9)
+pending.wait()
+check.expect("a pending receive holds back nothing", torch.equal(t, torch.full((3,), float(world)))
+             and torch.equal(out, torch.arange(world).repeat_interleave(2).float())
+             and torch.equal(late, torch.full((4,), float(prv))), f"{t} {out} {late}")
 
 dist.barrier()
 check.finish(world=world, torch=torch.__version__)

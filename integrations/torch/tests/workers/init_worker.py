@@ -132,8 +132,7 @@ raises("integer AVG", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), 
        "allreduce", "AVG", "floating")
 raises("BAND", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND),
        "allreduce", "BAND", "not supported")
-raises("tag", lambda: dist.send(torch.ones(2), (rank + 1) % world, tag=7), "send", "tag 7")
-raises("recv from any source", lambda: dist.recv(torch.ones(2)), "recvAnysource", "kizuna")
+raises("negative tag", lambda: dist.send(torch.ones(2), (rank + 1) % world, tag=-7), "send", "tag -7")
 raises("all_gather list size", lambda: dist.all_gather([torch.ones(2)], torch.ones(2)),
        "allgather", "one per rank")
 raises("allgather_coalesced list count", lambda: dist.all_gather_coalesced([[torch.ones(2)] * world], [torch.ones(2)]),
