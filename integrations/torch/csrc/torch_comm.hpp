@@ -15,9 +15,9 @@
 // the process groups this rank has created under the same prefix, so a group
 // destroyed and re-created over one store never meets the old keys.
 //
-// Calls: each returns a KizunaWork at once; kizuna runs them in call order
-// on its worker (like Gloo's, and like a CUDA stream), so all ranks must
-// make the same calls in the same order. Tensors must be CPU, strided
+// Calls: each returns a KizunaWork at once and they run in call order (see
+// "Order"; like a CUDA stream), so all ranks must make the same collective
+// calls in the same order. Tensors must be CPU, strided
 // (dense), of a supported dtype (float16, bfloat16, float32, float64, int8,
 // uint8, int32, int64, bool); one tensor per process per call (torch's
 // Python API always passes one). Non-contiguous tensors are staged through a
