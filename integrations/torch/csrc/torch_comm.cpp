@@ -293,6 +293,7 @@ WorkPtr TorchComm::allreduce(std::vector<at::Tensor>& tensors, const c10d::Allre
   const CallScope scope(*this);
   constexpr const char* kCall = "allreduce";
   at::Tensor& t = single(tensors, kCall);
+  if (t.defined() && t.layout() == at::kSparse) return allreduce_sparse(t, tensors, opts);
   const DataType dtype = data_type(t, kCall);
   const kizuna::ReduceOp op = reduce_op(opts.reduceOp, t, kCall);
   if (!t.is_contiguous()) settle();
@@ -300,6 +301,79 @@ WorkPtr TorchComm::allreduce(std::vector<at::Tensor>& tensors, const c10d::Allre
   std::vector<kizuna::Work> parts{comm_->all_reduce(s.data(), count(t), dtype, op)};
   auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLREDUCE, "kizuna:all_reduce", tensors, tensors);
   return launch(work, parts, copy_back({s}), {}, opts.timeout);
+}
+
+WorkPtr TorchComm::allreduce_sparse(at::Tensor& t, std::vector<at::Tensor>& tensors,
+                                    const c10d::AllreduceOptions& opts) {
+  // As Gloo does it: every rank's (indices, values) gathered, then summed
+  // here. Step 1 gathers each rank's shape and number of entries (nnz) and
+  // waits for them; step 2 gathers the indices and values, padded to the
+  // largest nnz; the epilogue adds the ranks' tensors up into `t`.
+  //
+  //   meta (int64)     [nnz, sparse_dim, dense_dim, size 0 .. size 7]
+  //   indices (int64)  [sparse_dim, max_nnz]          per rank
+  //   values           [max_nnz, dense sizes...]      per rank
+  constexpr const char* kCall = "allreduce (sparse)";
+  constexpr int kMaxDims = 8;
+  constexpr int64_t kMeta = 3 + kMaxDims;
+  TORCH_CHECK(t.device().is_cpu(), "kizuna: ", kCall, ": the tensor is on ", t.device(),
+              "; the kizuna backend handles CPU tensors only");
+  TORCH_CHECK(static_cast<c10d::ReduceOp::RedOpType>(opts.reduceOp) == c10d::ReduceOp::SUM, "kizuna: ", kCall,
+              ": sparse tensors support ReduceOp.SUM only");
+  TORCH_CHECK(t.dim() <= kMaxDims, "kizuna: ", kCall, ": ", t.dim(), " dimensions; at most ", kMaxDims);
+  const at::Tensor input = t.coalesce();
+  const at::Tensor values = input.values().contiguous();
+  const DataType dtype = data_type(values, kCall);
+  at::Tensor meta = at::zeros({kMeta}, at::kLong);
+  auto m = meta.accessor<int64_t, 1>();
+  m[0] = input._nnz();
+  m[1] = input.sparse_dim();
+  m[2] = input.dense_dim();
+  for (int64_t d = 0; d < t.dim(); ++d) m[3 + d] = t.size(d);
+  settle();
+  at::Tensor metas = at::empty({size_ * kMeta}, at::kLong);
+  try {
+    comm_->all_gather(meta.data_ptr(), metas.data_ptr(), kMeta, DataType::Int64).wait();
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "kizuna: ", kCall, ": ", e.what());
+  }
+  const auto all = metas.view({size_, kMeta});
+  int64_t max_nnz = 0;
+  std::vector<int64_t> nnz(size_);
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK(at::equal(all[r].narrow(0, 1, kMeta - 1), meta.narrow(0, 1, kMeta - 1)), "kizuna: ", kCall,
+                ": rank ", r, "'s sparse tensor differs in shape or sparse/dense dimensions from this rank's, ",
+                t.sizes());
+    nnz[r] = all[r][0].item<int64_t>();
+    max_nnz = std::max(max_nnz, nnz[r]);
+  }
+  const int64_t sparse_dim = input.sparse_dim();
+  std::vector<int64_t> value_shape{max_nnz};
+  for (int64_t d = sparse_dim; d < t.dim(); ++d) value_shape.push_back(t.size(d));
+  at::Tensor my_indices = at::zeros({sparse_dim, max_nnz}, at::kLong);
+  my_indices.narrow(1, 0, input._nnz()).copy_(input.indices());
+  at::Tensor my_values = at::zeros(value_shape, values.options());
+  my_values.narrow(0, 0, input._nnz()).copy_(values);
+  at::Tensor indices = at::empty({size_, sparse_dim, max_nnz}, at::kLong);
+  value_shape.insert(value_shape.begin(), size_);
+  at::Tensor gathered = at::empty(value_shape, values.options());
+  std::vector<kizuna::Work> parts{
+      comm_->all_gather(my_indices.data_ptr(), indices.data_ptr(), count(my_indices), DataType::Int64),
+      comm_->all_gather(my_values.data_ptr(), gathered.data_ptr(), count(my_values), dtype)};
+  auto work = c10::make_intrusive<KizunaWork>(rank_, c10d::OpType::ALLREDUCE, "kizuna:sparse_all_reduce", tensors,
+                                              tensors);
+  return launch(
+      work, parts,
+      [t, indices, gathered, nnz] {
+        at::Tensor sum;
+        for (std::size_t r = 0; r < nnz.size(); ++r) {
+          const int64_t n = nnz[r];
+          at::Tensor part = at::sparse_coo_tensor(indices[r].narrow(1, 0, n), gathered[r].narrow(0, 0, n), t.sizes());
+          sum = sum.defined() ? sum + part : part;
+        }
+        t.copy_(sum.coalesce());
+      },
+      {my_indices, my_values}, opts.timeout);
 }
 
 WorkPtr TorchComm::allreduce_coalesced(std::vector<at::Tensor>& tensors,

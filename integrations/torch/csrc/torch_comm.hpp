@@ -30,6 +30,10 @@
 // all_reduce and then sent), so a call that stages an input first waits for
 // the calls still queued. Calls on contiguous tensors never wait.
 //
+// Sparse (COO) tensors: all_reduce with SUM, as Gloo does it (every rank's
+// indices and values gathered and added up; the call waits for the ranks'
+// entry counts first). Other calls take dense tensors only.
+//
 // Coalesced calls (allreduce_coalesced, allgather_coalesced): the tensors
 // are packed end to end, one buffer per dtype, and each buffer takes one
 // collective. The *_tensor_coalesced calls of torch 2.x queue one
@@ -171,6 +175,8 @@ class TorchComm {
                  std::chrono::milliseconds timeout);
   // Fails `work`, past its own `timeout`, and aborts the communicator.
   void expire(const c10::intrusive_ptr<KizunaWork>& work, std::chrono::milliseconds timeout);
+  // allreduce() of a sparse (COO) tensor; call scope held.
+  WorkPtr allreduce_sparse(at::Tensor& t, std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
   // Waits for every collective called so far (see "Ordering of staging copies").
   void settle();
   // Records the last kizuna Work queued.

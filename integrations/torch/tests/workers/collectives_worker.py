@@ -125,6 +125,20 @@ for op, want in [(R.SUM, [True, True, False, world > 1]), (R.MAX, [True, True, F
     dist.all_reduce(k, op=op)
     check.expect(f"all_reduce bool {op}", k.tolist() == want, f"got {k.tolist()} want {want}")
 
+# ---- all_reduce of sparse (COO) tensors, SUM, vs Gloo: rank r holds r
+# entries (none on rank 0), some at the same places as other ranks'; one
+# tensor with a dense dimension
+for dense in [(), (3,)]:
+    n = rank
+    idx = torch.stack([torch.arange(n) % (world + 1), (torch.arange(n) * 2 + rank) % (world + 2)])
+    val = (torch.arange(n * max(1, int(torch.tensor(dense).prod()))).float() + rank).view(n, *dense)
+    k = torch.sparse_coo_tensor(idx, val, (world + 1, world + 2, *dense))
+    g = k.clone()
+    dist.all_reduce(k)
+    dist.all_reduce(g, group=gloo)
+    check.expect(f"sparse all_reduce {dense} stays sparse", k.is_sparse, str(k.layout))
+    same(f"sparse all_reduce {dense}", k.to_dense(), g.to_dense())
+
 # ---- all_reduce_coalesced
 for dtype in [torch.float32, torch.int32, torch.float16]:
     for op in [R.SUM, R.MAX]:
