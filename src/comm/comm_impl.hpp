@@ -173,6 +173,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
 
   Work submit(const comm::Call& call);
   Work submit_p2p(const comm::Call& call, int tag);
+  // A send or receive as the point-to-point engine takes it, with a Work.
+  static comm::P2pOp p2p_op(const comm::Call& call, int tag, Clock::time_point deadline);
   std::optional<Work> try_mailbox(const comm::Call& call);
   std::optional<Work> try_direct(Task& t);
   Work queue_part_run(Task t, std::unique_lock<core::FutexMutex>& exec);

@@ -39,15 +39,20 @@ Work Communicator::Impl::submit(const comm::Call& call) {
 // Point to point runs on its engine (comm/p2p.hpp), once the calls queued
 // before it are done: a send then sees what they wrote, while nothing in
 // the queue waits for it.
-Work Communicator::Impl::submit_p2p(const comm::Call& call, int tag) {
+comm::P2pOp Communicator::Impl::p2p_op(const comm::Call& call, int tag, Clock::time_point deadline) {
   comm::P2pOp op;
   op.send = call.kind == comm::CallKind::Send;
   op.data = static_cast<unsigned char*>(op.send ? const_cast<void*>(call.send) : call.recv);
   op.bytes = call.bytes();
   op.peer = call.root;
   op.tag = tag;
-  op.deadline = Clock::now() + tuning.timeout;
+  op.deadline = deadline;
   op.work = std::make_shared<detail::WorkState>();
+  return op;
+}
+
+Work Communicator::Impl::submit_p2p(const comm::Call& call, int tag) {
+  comm::P2pOp op = p2p_op(call, tag, Clock::now() + tuning.timeout);
   const Work work(op.work);
   std::shared_ptr<detail::WorkState> before;
   {

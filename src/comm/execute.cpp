@@ -200,14 +200,7 @@ bool Communicator::Impl::run_schedule(Task& t, Clock::duration patience) {
 // calls on the other side, and the queue waits for it as it waits for a
 // collective.
 void Communicator::Impl::run_p2p(Task& t, Clock::time_point deadline) {
-  const comm::Call& c = t.call;
-  comm::P2pOp op;
-  op.send = c.kind == comm::CallKind::Send;
-  op.data = static_cast<unsigned char*>(op.send ? const_cast<void*>(c.send) : c.recv);
-  op.bytes = c.bytes();
-  op.peer = c.root;
-  op.deadline = deadline;
-  op.work = std::make_shared<detail::WorkState>();
+  comm::P2pOp op = p2p_op(t.call, 0, deadline);
   const Work done(op.work);
   history.started(t.history_id, "", 1);
   p2p->post(std::move(op));
