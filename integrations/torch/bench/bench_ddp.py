@@ -9,9 +9,12 @@ float32, CPU, SGD) on the same batches, plus a third copy without DDP (the
 compute floor: a step whose communication costs nothing), taking steps of
 the three in turn so that all see the same machine load;
 report each one's median step time. overhead = DDP step - no-DDP step, the
-part of a step that communication adds. The table gives the median over
-runs (and every run's values). One intra-op thread per rank
-(OMP_NUM_THREADS=1), the same for both backends.
+part of a step that communication adds. A fourth copy runs DDP with a comm
+hook that returns each bucket untouched: DDP's own work per step (copying
+gradients into buckets and back, its hooks and futures) with communication
+that costs nothing, the floor under either backend's overhead. The table
+gives the median over runs (and every run's values). One intra-op thread
+per rank (OMP_NUM_THREADS=1), the same for both backends.
 """
 
 import argparse
@@ -45,6 +48,16 @@ def worker(args):
     for name, group in (("kizuna", dist.group.WORLD), ("gloo", gloo)):
         ddp = DDP(copy.deepcopy(base), process_group=group)
         models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=1e-3))
+    # DDP with a hook that communicates nothing: what DDP itself adds.
+    floor = DDP(copy.deepcopy(base), process_group=dist.group.WORLD)
+
+    def keep_bucket(state, bucket):
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+
+    floor.register_comm_hook(None, keep_bucket)
+    models["floor"] = (floor, torch.optim.SGD(floor.parameters(), lr=1e-3))
     # The same step without DDP: what is left of a step when communication
     # costs nothing (the compute floor of both backends).
     local = copy.deepcopy(base)
@@ -59,7 +72,7 @@ def worker(args):
         nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
 
-    times = {"kizuna": [], "gloo": [], "local": []}
+    times = {"kizuna": [], "gloo": [], "floor": [], "local": []}
     for name in times:  # warm-up: buckets rebuilt after the first step, buffers faulted in
         for _ in range(2):
             step(name)
@@ -93,19 +106,21 @@ def main():
 
     print(f"DDP step time, ~25M-parameter MLP, batch {args.batch} per rank, float32 CPU, "
           f"median of {args.steps} steps per run, median of {args.runs} runs")
-    print("| processes | gloo ms/step | kizuna ms/step | speed-up | no-DDP ms/step | gloo overhead ms "
-          "| kizuna overhead ms | runs (gloo / kizuna / no-DDP ms) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| processes | gloo ms/step | kizuna ms/step | no-DDP ms/step | gloo overhead ms | kizuna overhead ms "
+          "| kizuna / gloo overhead | DDP-only overhead ms (floor / gloo) | runs (gloo / kizuna / DDP-only / no-DDP ms) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for world in args.worlds:
         runs = [run_ranks(os.path.abspath(__file__), world,
                           ["--worker", "--steps", str(args.steps), "--batch", str(args.batch)])
                 for _ in range(args.runs)]
         g = median([r["gloo"] for r in runs]) * 1e3
         k = median([r["kizuna"] for r in runs]) * 1e3
+        f = median([r["floor"] for r in runs]) * 1e3
         n = median([r["local"] for r in runs]) * 1e3
-        each = ", ".join(f"{r['gloo'] * 1e3:.0f}/{r['kizuna'] * 1e3:.0f}/{r['local'] * 1e3:.0f}" for r in runs)
-        print(f"| {world} | {g:.0f} | {k:.0f} | {g / k:.2f}x | {n:.0f} | {g - n:.0f} | {k - n:.0f} | {each} |",
-              flush=True)
+        each = ", ".join(f"{r['gloo'] * 1e3:.0f}/{r['kizuna'] * 1e3:.0f}/{r['floor'] * 1e3:.0f}/{r['local'] * 1e3:.0f}"
+                         for r in runs)
+        print(f"| {world} | {g:.0f} | {k:.0f} | {n:.0f} | {g - n:.0f} | {k - n:.0f} | {(k - n) / (g - n):.2f}x "
+              f"| {f - n:.0f} ({(f - n) / (g - n):.2f}x) | {each} |", flush=True)
     print(f"(model: {runs[0]['params'] / 1e6:.1f}M parameters)")
 
 
