@@ -6,6 +6,7 @@
 //   kizuna-perf --threads 4 -b 8 -e 64M -f 2                      ranks as threads
 //   kizuna-run -n 4 kizuna-perf --device cuda -b 8 -e 1G -f 2       GPU buffers
 //   kizuna-run -n 4 kizuna-perf --calibrate tuning.txt              a tuning profile
+//   kizuna-run -n 4 kizuna-perf --calibrate t.txt --versus t.txt    auto against every forced way
 //
 // Each size is one row: size, count, type, redop, root, then time (us),
 // algbw and busbw (GB/s) and #wrong for out-of-place and for in-place
@@ -48,6 +49,7 @@
 #include "perf/calibration.hpp"
 #include "perf/device_memory.hpp"
 #include "perf/driver.hpp"
+#include "perf/versus.hpp"
 
 namespace {
 
@@ -108,6 +110,8 @@ struct Options {
   bool cuda = false;      // --device cuda: buffers on the GPU, calls on a stream
   bool symmetric = false; // -R 2: buffers in symmetric memory
   std::string calibrate;  // --calibrate FILE: measure the candidates, write a tuning profile
+  std::string versus;     // --versus FILE: auto with that profile against every forced candidate
+  int rounds = 5;         // --rounds: of --calibrate and --versus
 };
 
 std::vector<DataType> parse_types(std::string_view text) {
@@ -195,11 +199,27 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
             if (v.empty()) throw UsageError("--calibrate needs a file name");
             o.calibrate = std::string(v);
           });
+  p.value("", "--versus", "FILE",
+          "race auto, with the tuning profile FILE, against auto without a profile and every forced way "
+          "(timed as --calibrate times them, 30 ms a measurement), alternating in these same processes, and print each one's time per "
+          "size (--json: the rounds' times); with --calibrate FILE too, calibrate first (make bench-auto)",
+          [&](std::string_view v) {
+            if (v.empty()) throw UsageError("--versus needs a file name");
+            o.versus = std::string(v);
+          });
+  p.value("", "--rounds", "N", "rounds of --calibrate and --versus, each size's time their median (default 5)",
+          [&](std::string_view v) { o.rounds = static_cast<int>(core::parse_int("--rounds", v, 1, 1000)); });
   if (!p.parse(argc, argv)) return false;
-  if (!o.calibrate.empty()) {
-    if (o.algorithm_value != Algorithm::Auto) throw UsageError("--calibrate measures every algorithm: drop --algo");
-    if (o.cuda) throw UsageError("--calibrate measures host buffers: drop --device cuda");
-    if (c.collective != Collective::AllReduce) throw UsageError("--calibrate measures all_reduce: drop --collective");
+  if (!o.versus.empty() && !o.calibrate.empty() && o.versus != o.calibrate)
+    throw UsageError("--versus " + o.versus + " with --calibrate " + o.calibrate +
+                     ": together they name one profile, calibrated then raced");
+  if (!o.calibrate.empty() || !o.versus.empty()) {
+    const char* flag = o.calibrate.empty() ? "--versus" : "--calibrate";
+    if (o.algorithm_value != Algorithm::Auto)
+      throw UsageError(std::string(flag) + " measures every algorithm: drop --algo");
+    if (o.cuda) throw UsageError(std::string(flag) + " measures host buffers: drop --device cuda");
+    if (c.collective != Collective::AllReduce)
+      throw UsageError(std::string(flag) + " measures all_reduce: drop --collective");
     const CommonOptions untouched;
     if (c.common.min_bytes == untouched.min_bytes && c.common.max_bytes == untouched.max_bytes) {
       c.common.min_bytes = 8;
@@ -249,7 +269,26 @@ CalibrationArgs calibration_args(const Options& o) {
   args.path = o.calibrate;
   args.sizes = o.config.common.sizes();
   args.symmetric = o.symmetric;
+  args.rounds = o.rounds;
   return args;
+}
+
+// --calibrate and --versus, as asked: the exit status.
+int run_tuning(const CommOptions& options, const Options& o) {
+  if (!o.calibrate.empty()) {
+    const int status = run_calibration(options, calibration_args(o));
+    if (status != 0 || o.versus.empty()) return status;
+  }
+  VersusArgs args;
+  args.profile = o.versus;
+  args.json = o.config.common.json_path;
+  args.transport = transport_name(o);
+  for (std::size_t bytes : o.config.common.sizes())
+    if (bytes >= 4 && (args.sizes.empty() || bytes / 4 * 4 > args.sizes.back())) args.sizes.push_back(bytes / 4 * 4);
+  if (args.sizes.empty()) throw UsageError("--versus: no size of 4 bytes or more");
+  args.symmetric = o.symmetric;
+  args.rounds = o.rounds;
+  return run_versus(options, args);
 }
 
 // One rank's whole run; returns the wrong elements over every rank.
@@ -327,7 +366,7 @@ int run_processes(const Options& o) {
   options.algorithm = o.algorithm_value;
   const int gpu = gpu_for(o, launch.local_rank);
   options.device = device_name(gpu);
-  if (!o.calibrate.empty()) return run_calibration(options, calibration_args(o));
+  if (!o.calibrate.empty() || !o.versus.empty()) return run_tuning(options, o);
   const auto comm = Communicator::create(options);
   return run_rank(*comm, o, launch.source, gpu) ? 1 : 0;
 }
@@ -361,8 +400,8 @@ int run_threads(const Options& o) {
         options.algorithm = o.algorithm_value;
         const int gpu = gpu_for(o, r);
         options.device = device_name(gpu);
-        if (!o.calibrate.empty()) {
-          wrong[r] = run_calibration(options, calibration_args(o));
+        if (!o.calibrate.empty() || !o.versus.empty()) {
+          wrong[r] = run_tuning(options, o);
           return;
         }
         auto comm = Communicator::create(options);

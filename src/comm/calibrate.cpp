@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <random>
 
 #include "comm/comm_impl.hpp"
 #include "core/check.hpp"
@@ -17,16 +19,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kNever = SIZE_MAX;
 
-// One candidate: a communicator that forces it.
-struct Way {
-  Candidate candidate = Candidate::Ring;
-  std::shared_ptr<Communicator::Impl> impl;
-  std::shared_ptr<Communicator> comm;
-};
-
-CommOptions forcing(const CommOptions& base, Candidate c) {
+CommOptions forcing(const CommOptions& base, Candidate c, const std::string& tag) {
   CommOptions o = base;
-  o.name = (base.name.empty() ? std::string("kizuna") : base.name) + "/calibrate/" + std::string(name(c));
+  o.name = (base.name.empty() ? std::string("kizuna") : base.name) + "/" + tag + "/" + std::string(name(c));
   switch (c) {
     case Candidate::Mailbox:
       o.mailbox_upto = Mailbox::capacity(), o.staged_from = kNever, o.symmetric_from = kNever;
@@ -38,12 +33,10 @@ CommOptions forcing(const CommOptions& base, Candidate c) {
   return o;
 }
 
-Way make_way(const CommOptions& base, Candidate c) {
-  Way w;
-  w.candidate = c;
-  w.impl = Communicator::Impl::create(forcing(base, c), false);
-  w.comm = std::make_shared<Communicator>(w.impl);
-  return w;
+// A communicator that forces `c`; the profile of its creation is not
+// loaded (each candidate is forced anyway).
+std::shared_ptr<Communicator::Impl> force(const CommOptions& base, Candidate c, const std::string& tag) {
+  return Communicator::Impl::create(forcing(base, c, tag), false);
 }
 
 double slowest(Communicator& comm, double mine) {
@@ -85,35 +78,89 @@ std::vector<Candidate> candidates_of(const Communicator::Impl& first, bool symme
   return out;
 }
 
+void check_sizes(const std::vector<std::uint64_t>& sizes, const char* who) {
+  KIZUNA_CHECK_ARG(!sizes.empty(), who, ": no sizes");
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    KIZUNA_CHECK_ARG(sizes[i] >= 4 && sizes[i] % 4 == 0 && (i == 0 || sizes[i] > sizes[i - 1]), who,
+                     ": sizes must ascend, each a multiple of 4 bytes (float32); ", sizes[i], " is not");
+}
+
 }  // namespace
 
+std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric, const std::string& tag) {
+  const auto first = force(base, Candidate::Ring, tag);
+  std::vector<Forced> out;
+  for (Candidate c : candidates_of(*first, symmetric)) {
+    auto impl = c == Candidate::Ring ? first : force(base, c, tag);
+    out.push_back({c, impl, std::make_shared<Communicator>(impl)});
+  }
+  return out;
+}
+
+std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& entrants,
+                                                   const std::vector<std::uint64_t>& sizes, int repetitions,
+                                                   std::chrono::microseconds per_measurement,
+                                                   const std::function<void(const std::string&)>& progress) {
+  check_sizes(sizes, "race");
+  KIZUNA_CHECK_ARG(repetitions >= 1, "race: repetitions is ", repetitions, "; at least 1");
+  KIZUNA_CHECK_ARG(!entrants.empty(), "race: no entrants");
+  const bool printing = entrants.front().comm->rank() == 0 && progress;
+  // How many calls fill a measurement, per size and entrant (0: not
+  // measured), from the slowest rank's warm-up call.
+  std::vector<std::vector<int>> calls(sizes.size(), std::vector<int>(entrants.size(), 0));
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    for (std::size_t w = 0; w < entrants.size(); ++w) {
+      const Entrant& e = entrants[w];
+      if (sizes[i] > e.upto) continue;
+      sum(*e.comm, e.buffer, sizes[i] / 4);  // warm-up
+      const double once = time_calls(*e.comm, e.buffer, sizes[i] / 4, 1);
+      calls[i][w] = static_cast<int>(std::clamp(std::ceil(per_measurement.count() / std::max(once, 0.01)), 1.0, 1e4));
+    }
+  // Rounds over every size: a size's rounds lie far apart in time, so that
+  // a burst of noise (another job, the host moving a CPU) lands on one of
+  // them, not on all. Each size's entrants run in a shuffled order, the
+  // same on every rank (a fixed seed): an entrant runs after a different
+  // one each time, so what one leaves behind (caches, threads still
+  // polling) does not always slow the same one down.
+  std::vector<std::vector<std::vector<double>>> runs(sizes.size(), std::vector<std::vector<double>>(entrants.size()));
+  std::mt19937 shuffle(12345);
+  std::vector<std::size_t> order(entrants.size());
+  for (int round = 0; round < repetitions; ++round) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::shuffle(order.begin(), order.end(), shuffle);
+      for (const std::size_t w : order) {
+        if (calls[i][w] == 0) continue;
+        const Entrant& e = entrants[w];
+        const std::size_t count = sizes[i] / 4;
+        // A warm-up call where a measurement holds several, so that the
+        // timed ones find the buffer where the previous size left it.
+        if (calls[i][w] > 1) sum(*e.comm, e.buffer, count);
+        runs[i][w].push_back(time_calls(*e.comm, e.buffer, count, calls[i][w]));
+      }
+    }
+    if (printing) progress("round " + std::to_string(round + 1) + " of " + std::to_string(repetitions) + " done");
+  }
+  return runs;
+}
+
 ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
-  KIZUNA_CHECK_ARG(!o.sizes.empty(), "calibrate: no sizes");
+  check_sizes(o.sizes, "calibrate");
   KIZUNA_CHECK_ARG(o.repetitions >= 1, "calibrate: repetitions is ", o.repetitions, "; at least 1");
-  for (std::size_t i = 0; i < o.sizes.size(); ++i)
-    KIZUNA_CHECK_ARG(o.sizes[i] >= 4 && o.sizes[i] % 4 == 0 && (i == 0 || o.sizes[i] > o.sizes[i - 1]),
-                     "calibrate: sizes must ascend, each a multiple of 4 bytes (float32); ", o.sizes[i], " is not");
-  std::vector<Way> ways;
-  ways.push_back(make_way(base, Candidate::Ring));
-  const Communicator::Impl& first = *ways.front().impl;
+  std::vector<Forced> ways = forced_communicators(base, o.symmetric, "calibrate");
   ProfileSection section;
-  section.key = first.profile_key;
+  section.key = ways.front().impl->profile_key;
   section.key.symmetric = o.symmetric;
-  section.candidates = candidates_of(first, o.symmetric);
-  for (Candidate c : section.candidates)
-    if (c != Candidate::Ring) ways.push_back(make_way(base, c));
-  std::sort(ways.begin(), ways.end(), [](const Way& a, const Way& b) { return a.candidate < b.candidate; });
 
   // One buffer for every candidate: symmetric memory of the symmetric
   // route's communicator, or private memory.
   const std::uint64_t largest = o.sizes.back();
   std::shared_ptr<void> memory;
-  for (Way& w : ways)
+  for (Forced& w : ways)
     if (w.candidate == Candidate::Symmetric) memory = w.comm->allocate_symmetric(largest);
-  if (!memory && o.symmetric) {  // none to be had here: no symmetric candidate either
-    std::erase_if(ways, [](const Way& w) { return w.candidate == Candidate::Symmetric; });
-    std::erase(section.candidates, Candidate::Symmetric);
-  }
+  if (!memory)  // none to be had here: no symmetric candidate either
+    std::erase_if(ways, [](const Forced& w) { return w.candidate == Candidate::Symmetric; });
+  for (const Forced& w : ways) section.candidates.push_back(w.candidate);
   if (!memory) {
     void* p = std::aligned_alloc(4096, (largest + 4095) / 4096 * 4096);
     KIZUNA_CHECK(p != nullptr, "calibrate: cannot allocate ", largest, " bytes");
@@ -121,37 +168,12 @@ ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
     memory.reset(p, std::free);
   }
   auto* buffer = static_cast<float*>(memory.get());
-  const bool printing = first.rank == 0 && o.progress;
+  std::vector<Entrant> entrants;
+  for (const Forced& w : ways)
+    entrants.push_back({w.comm.get(), buffer, w.candidate == Candidate::Mailbox ? Mailbox::capacity() : UINT64_MAX});
+  const auto runs = race(entrants, o.sizes, o.repetitions, o.per_measurement, o.progress);
 
-  // How many calls fill a measurement, per size and candidate (0: not
-  // measured), from the slowest rank's warm-up call.
-  std::vector<std::vector<int>> calls(o.sizes.size(), std::vector<int>(ways.size(), 0));
-  for (std::size_t i = 0; i < o.sizes.size(); ++i)
-    for (std::size_t w = 0; w < ways.size(); ++w) {
-      if (ways[w].candidate == Candidate::Mailbox && o.sizes[i] > Mailbox::capacity()) continue;
-      Communicator& comm = *ways[w].comm;
-      sum(comm, buffer, o.sizes[i] / 4);  // warm-up
-      const double once = time_calls(comm, buffer, o.sizes[i] / 4, 1);
-      calls[i][w] = static_cast<int>(std::clamp(std::ceil(o.per_measurement.count() / std::max(once, 0.01)), 1.0, 1e4));
-    }
-  // Rounds over every size, each round's candidates in another order: a
-  // size's rounds lie far apart in time, so that a burst of noise (another
-  // job, the host moving a CPU) lands on one of them, not on all.
-  std::vector<std::vector<std::vector<double>>> runs(o.sizes.size(), std::vector<std::vector<double>>(ways.size()));
-  for (int round = 0; round < o.repetitions; ++round) {
-    for (std::size_t i = 0; i < o.sizes.size(); ++i)
-      for (std::size_t j = 0; j < ways.size(); ++j) {
-        const std::size_t w = (j + round) % ways.size();
-        if (calls[i][w] == 0) continue;
-        Communicator& comm = *ways[w].comm;
-        const std::size_t count = o.sizes[i] / 4;
-        // A warm-up call where a measurement holds several, so that the
-        // timed ones find the buffer where the previous size left it.
-        if (calls[i][w] > 1) sum(comm, buffer, count);
-        runs[i][w].push_back(time_calls(comm, buffer, count, calls[i][w]));
-      }
-    if (printing) o.progress("round " + std::to_string(round + 1) + " of " + std::to_string(o.repetitions) + " done");
-  }
+  const bool printing = ways.front().comm->rank() == 0 && o.progress;
   for (std::size_t i = 0; i < o.sizes.size(); ++i) {
     ProfileSection::Row row;
     row.bytes = o.sizes[i];

@@ -20,11 +20,13 @@
 // Every rank returns the same section (the times are reduced across ranks).
 #pragma once
 
+#include <kizuna/comm.hpp>
 #include <kizuna/comm_options.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,5 +45,37 @@ struct CalibrateOptions {
 };
 
 ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& options);
+
+// The parts calibrate() is made of, for tools that race other communicators
+// the same way (kizuna-perf --versus: auto against every forced candidate).
+
+// One communicator per candidate that applies here, each forcing it, named
+// "<base.name>/<tag>/<candidate>"; collective. With `symmetric`, the
+// symmetric route is a candidate where symmetric memory can be had.
+struct Forced {
+  Candidate candidate = Candidate::Ring;
+  std::shared_ptr<Communicator::Impl> impl;
+  std::shared_ptr<Communicator> comm;
+};
+std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric, const std::string& tag);
+
+// One runner of race(): in-place float32 sums on `comm` over `buffer`
+// (at least the largest size), at the sizes up to `upto` bytes.
+struct Entrant {
+  Communicator* comm = nullptr;
+  float* buffer = nullptr;
+  std::uint64_t upto = UINT64_MAX;
+};
+
+// Times every entrant at every size as calibrate() times its candidates:
+// calls fill about `per_measurement`, `repetitions` rounds over every size,
+// each size's entrants shuffled anew each round (alike on every rank), the
+// slowest rank's mean per call.
+// Returns [size][entrant] -> one time per round (us), empty where an
+// entrant does not run that size. Collective over every entrant's ranks.
+std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& entrants,
+                                                   const std::vector<std::uint64_t>& sizes, int repetitions,
+                                                   std::chrono::microseconds per_measurement,
+                                                   const std::function<void(const std::string&)>& progress);
 
 }  // namespace kizuna::comm

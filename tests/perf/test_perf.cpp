@@ -371,6 +371,10 @@ TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
       {"-n", "0"},
       {"stray"},
       {"--threads", "2", "--collective", "broadcast", "--root", "2"},
+      {"--versus", "a.txt", "--calibrate", "b.txt"},
+      {"--versus", "a.txt", "--algo", "ring"},
+      {"--versus", "a.txt", "--collective", "broadcast"},
+      {"--rounds", "0"},
   };
   for (const auto& args : bad) {
     std::string joined;
@@ -381,6 +385,46 @@ TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
     CHECK(r.exit_code == 2);
     CHECK(r.output.find("kizuna-perf: ") != std::string::npos);
   }
+}
+
+TEST_CASE("kizuna-perf --calibrate P --versus P races auto against every forced way, each result checked",
+          "[perf]") {
+  const std::string profile = temp_path("versus-profile.txt");
+  const std::string json = temp_path("versus.json");
+  const test::ProcessResult r = run_perf({"--threads", "2", "--transport", "shm", "-b", "8", "-e", "64K", "-f", "64",
+                                          "--rounds", "2", "--calibrate", profile, "--versus", profile, "--json",
+                                          json});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("wrote section world=2") != std::string::npos);
+  CHECK(r.output.find("# wrong elements: 0") != std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(read_file(json));
+  CHECK(j["world"] == 2);
+  CHECK(j["wrong"] == 0);
+  CHECK(j["sizes"] == nlohmann::json::array({8, 512, 32768}));
+  const auto& c = j["contenders"];
+  for (const char* name : {"auto", "rules", "mailbox", "ring", "tree", "oneshot", "twoshot", "doubling", "staged"}) {
+    INFO(name);
+    REQUIRE(c.contains(name));
+    REQUIRE(c[name].size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (std::string(name) == "mailbox" && i == 2) {
+        CHECK(c[name][i].empty());  // past the mailboxes' 1 KiB
+        continue;
+      }
+      REQUIRE(c[name][i].size() == 2);  // one time per round
+      CHECK(c[name][i][0].get<double>() > 0);
+    }
+  }
+  // "rules" must be auto without a profile: a profile in the environment
+  // would make it another "auto".
+  test::ProcessGroup group;
+  group.start({kPerf, "--threads", "2", "-b", "8", "-e", "8", "--versus", profile}, {{"KIZUNA_TUNING_FILE", profile}});
+  const test::ProcessResult refused = group.wait(90s).at(0);
+  CHECK(refused.exit_code == 1);
+  CHECK(refused.output.find("KIZUNA_TUNING_FILE is set") != std::string::npos);
+  std::filesystem::remove(profile);
+  std::filesystem::remove(json);
 }
 
 TEST_CASE("kizuna-perf without a launcher or --threads says how to start it", "[perf]") {

@@ -103,6 +103,34 @@ TEST_CASE("calibrate: symmetric buffers add the symmetric route", "[comm][calibr
   CHECK(sections[1].candidates.back() == comm::Candidate::Symmetric);
 }
 
+TEST_CASE("race: every entrant timed at its sizes in every round, on every rank alike", "[comm][calibrate]") {
+  const CommOptions base = on_shm();
+  std::vector<std::vector<std::vector<std::vector<double>>>> runs(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    const std::vector<comm::Forced> forced = comm::forced_communicators(mine, false, "race");
+    REQUIRE(forced.size() >= 3);
+    CHECK(forced[0].candidate == comm::Candidate::Mailbox);
+    std::vector<float> buffer(1024, 0.0f);
+    // The mailboxes up to 8 bytes only, two schedules everywhere.
+    const std::vector<comm::Entrant> entrants{{forced[0].comm.get(), buffer.data(), 8},
+                                              {forced[1].comm.get(), buffer.data()},
+                                              {forced[2].comm.get(), buffer.data()}};
+    runs[r] = comm::race(entrants, {8, 4096}, 3, std::chrono::microseconds(100), nullptr);
+  });
+  for (const auto& mine : runs) {
+    REQUIRE(mine.size() == 2);
+    REQUIRE(mine[0].size() == 3);
+    for (std::size_t e = 0; e < 3; ++e) CHECK(mine[0][e].size() == 3);
+    CHECK(mine[1][0].empty());
+    CHECK(mine[1][1].size() == 3);
+    CHECK(mine[1][2].size() == 3);
+  }
+  CHECK(runs[0] == runs[1]);  // the slowest rank's times, on both
+}
+
 TEST_CASE("calibrate: bad sizes are refused", "[comm][calibrate]") {
   comm::CalibrateOptions o;
   o.sizes = {8, 6};
