@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include <kizuna/error.hpp>
 
@@ -87,11 +89,58 @@ std::pair<int, int> open_p2p_listener(const std::string& host) {
 
 using OpPtr = std::shared_ptr<P2pOp>;
 
+// Where a message that arrived before its receive waits. From 64 KiB its
+// own pages (mmap), given back to the system when it is taken: held in the
+// engine thread's malloc arena, one large message after another raised
+// the process's resident memory for good (glibc's rising mmap threshold
+// keeps freed chunks of that size in the arena).
+class Payload {
+ public:
+  static constexpr std::size_t kOwnPagesFrom = 64 << 10;
+  Payload() = default;
+  explicit Payload(std::size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    if (bytes < kOwnPagesFrom) {
+      data_ = new unsigned char[bytes];
+      return;
+    }
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      KIZUNA_THROW(ErrorCode::SystemError, "cannot map ", bytes, " bytes for a message that arrived before its "
+                                           "receive: ", std::strerror(errno));
+    data_ = static_cast<unsigned char*>(p);
+  }
+  Payload(Payload&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  Payload& operator=(Payload&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  Payload(const Payload&) = delete;
+  Payload& operator=(const Payload&) = delete;
+  ~Payload() { release(); }
+  unsigned char* data() { return data_; }
+  std::size_t size() const { return bytes_; }
+
+ private:
+  void release() {
+    if (!data_) return;
+    if (bytes_ < kOwnPagesFrom) delete[] data_;
+    else ::munmap(data_, bytes_);
+    data_ = nullptr;
+  }
+  unsigned char* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 // A message that arrived before its receive, whole or still arriving.
 struct Arrived {
   int source = -1;
   std::int64_t tag = 0;
-  std::vector<unsigned char> data;
+  Payload data;
   bool complete = false;
   OpPtr taker;           // a receive that took it while it arrives
   bool dropped = false;  // taken by a receive of another size, which failed
@@ -430,7 +479,7 @@ void P2pEngine::State::message_starts(Inbound& c) {
   Arrived a;
   a.source = c.peer;
   a.tag = c.tag;
-  a.data.resize(c.bytes);  // bounded by the caller
+  a.data = Payload(c.bytes);  // bounded by the caller
   c.into_arrived = arrived.insert(arrived.end(), std::move(a));
   c.into_list = true;
 }
