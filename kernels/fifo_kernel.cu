@@ -21,9 +21,10 @@ __device__ __forceinline__ std::uint64_t global_ns() {
 }
 
 struct DeviceSync {
-  std::uint64_t deadline_ns;
+  std::uint64_t timeout_ns;          // without progress
   const volatile std::uint32_t* abort;
-  std::uint32_t polls;
+  std::uint32_t polls = 0;
+  std::uint64_t waiting_since = 0;  // GPU clock; 0: not waiting
 
   __device__ int thread() const { return threadIdx.x; }
   __device__ int threads() const { return blockDim.x; }
@@ -41,12 +42,18 @@ struct DeviceSync {
     asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   }
   // Thread 0, when nothing can move: the clock and the abort word are read
-  // every 64th time (the clock read is not free).
+  // every 64th time (the clock read is not free). The deadline counts from
+  // the first such read since the last progress, so a long collective that
+  // keeps moving never times out, and a stalled one stops within
+  // timeout_ns of its stall, not of its start.
   __device__ bool keep_waiting() {
     if (++polls % 64 != 0) return true;
     if (abort != nullptr && *abort != 0) return false;
-    return global_ns() < deadline_ns;
+    const std::uint64_t now = global_ns();
+    if (waiting_since == 0) waiting_since = now;
+    return now - waiting_since < timeout_ns;
   }
+  __device__ void progressed() { waiting_since = 0; }
 };
 
 template <typename Codec, typename Op>
@@ -56,8 +63,7 @@ __global__ void __launch_bounds__(kThreads) fifo_kernel(FifoLaunch l) {
   const FifoBlock& mine = l.blocks[blockIdx.x];
   const StepBuffers<S> buffers{{static_cast<S*>(const_cast<void*>(mine.input)), static_cast<S*>(mine.output),
                                 static_cast<S*>(mine.scratch)}};
-  DeviceSync sync{0, l.abort, 0};
-  if (threadIdx.x == 0) sync.deadline_ns = global_ns() + l.timeout_ns;
+  DeviceSync sync{l.timeout_ns, l.abort};
   const FifoStatus result = run_fifo_program<Codec, Op>(mine.program, buffers, state, sync);
   if (threadIdx.x == 0) {
     std::uint32_t* status = l.status + blockIdx.x;

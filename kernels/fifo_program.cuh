@@ -278,6 +278,9 @@ KIZUNA_HD void finish(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
 //   void store_release(std::uint64_t*, std::uint64_t)  (system scope)
 //   bool keep_waiting()                thread 0, when nothing can move:
 //                                      false to stop (deadline, abort)
+//   void progressed()                  thread 0, each time something can
+//                                      move: the deadline is a time
+//                                      without progress, counted anew
 template <typename Codec, typename Op, typename Sync>
 KIZUNA_HD FifoStatus run_fifo_program(const FifoProgram& p, const StepBuffers<typename Codec::Storage>& b,
                                       FifoState<typename Codec::Storage>& st, Sync& sync) {
@@ -297,6 +300,7 @@ KIZUNA_HD FifoStatus run_fifo_program(const FifoProgram& p, const StepBuffers<ty
     if (sync.thread() == 0) {
       fifo_detail::finish(p, b, st, sync);
       fifo_detail::decide(p, b, st, sync);
+      sync.progressed();
     }
     sync.barrier();
     const Action action = st.action;

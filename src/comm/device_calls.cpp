@@ -109,7 +109,7 @@ Work Communicator::Impl::launch_direct(const comm::Call& c, const comm::StageReq
       if (auto self = weak.lock()) {
         self->history.ended(id, e == nullptr);
         // Unusable from now on; the links stay the worker's (fail() would
-        // write to them from CUDA's callback thread). A cause found first
+        // write to them from the device's completion thread). A cause found first
         // (a peer's death) is the error to report.
         if (e) {
           std::lock_guard lock(self->error_mutex);
@@ -136,6 +136,11 @@ Work Communicator::Impl::launch_direct(const comm::Call& c, const comm::StageReq
 // alike.
 Work Communicator::Impl::enqueue_device(const comm::Call& c, comm::StageRequest r) {
   const std::size_t elem = size_of(c.dtype);
+  const std::string kind = c.kind == comm::CallKind::Collective ? std::string(algo::name(c.collective))
+                           : c.kind == comm::CallKind::Send      ? "send"
+                                                                 : "recv";
+  r.what = kind + " of " + std::to_string(c.count) + " elements on device (staged) on rank " + std::to_string(rank) +
+           " of " + name;
   const std::vector<comm::DevicePart> parts =
       c.kind == comm::CallKind::Collective
           ? comm::split_parts(c.collective, c.count, elem, tuning.staged_parts, tuning.staged_part_bytes)

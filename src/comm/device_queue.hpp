@@ -20,8 +20,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace kizuna::comm {
 
@@ -42,9 +44,14 @@ class DeviceQueue {
   virtual std::function<bool()> mark() = 0;
   virtual std::uint64_t gate(std::chrono::milliseconds patience) = 0;
   virtual void open(std::uint64_t ticket) = 0;
-  // Runs `fn` on a host thread once everything before it has run. `fn`
-  // must not call into the device's API (CUDA forbids it there).
-  virtual void then(std::function<void()> fn) = 0;
+  // Runs fn(nullptr) on a host thread of the queue's own once everything
+  // before it has run; fn(error) instead if the device fails first
+  // (CudaError) or that has not happened within `patience` (Timeout
+  // naming `what`), so that a fault or a stuck copy ends the call, never
+  // hangs it. Found by polling a mark, not by a device callback
+  // (core/completion_poller.hpp).
+  virtual void then(std::chrono::milliseconds patience, const std::string& what,
+                    std::function<void(std::exception_ptr)> fn) = 0;
   // `stream` waits for everything the queue was given so far.
   virtual void lead(void* stream) = 0;
 };

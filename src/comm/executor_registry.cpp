@@ -29,7 +29,10 @@ class CudaQueue final : public DeviceQueue {
   std::function<bool()> mark() override { return queue_.mark(); }
   std::uint64_t gate(std::chrono::milliseconds patience) override { return queue_.gate(patience); }
   void open(std::uint64_t ticket) override { queue_.open(ticket); }
-  void then(std::function<void()> fn) override { queue_.then(std::move(fn)); }
+  void then(std::chrono::milliseconds patience, const std::string& what,
+            std::function<void(std::exception_ptr)> fn) override {
+    queue_.then(patience, what, std::move(fn));
+  }
   void lead(void* stream) override { queue_.lead(stream); }
 
  private:

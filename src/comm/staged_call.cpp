@@ -40,8 +40,11 @@ std::shared_ptr<StagedCall> StagedCall::start(DeviceQueue& queue, const StageReq
     const std::size_t begin = clip(cuts[k], r.recv_bytes), end = clip(cuts[k + 1], r.recv_bytes);
     if (end > begin) queue.copy_to_device(recv + begin, host + r.out_offset + begin, end - begin);
   }
-  // The host buffer and the error live until on_done has run.
-  queue.then([call, done = std::move(on_done)] { done(call->finished()); });
+  // The host buffer and the error live until on_done has run. A device
+  // that fails or stalls ends the call with that error.
+  queue.then(patience, r.what, [call, done = std::move(on_done)](std::exception_ptr e) {
+    done(e ? std::move(e) : call->finished());
+  });
   queue.lead(r.stream);
   return call;
 }

@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "comm/device_queue.hpp"
@@ -51,6 +52,7 @@ struct StageRequest {
   // part covering both.
   std::vector<std::size_t> cuts;
   std::chrono::milliseconds timeout{0};
+  std::string what = "a staged device call";  // names the call in errors
 };
 
 class StagedCall {

@@ -111,11 +111,6 @@ void CUDART_CB host_gate(void* p) {
   }
 }
 
-void CUDART_CB run_then(void* p) {
-  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(p));
-  (*fn)();
-}
-
 }  // namespace
 
 int select_device(int requested, int local_rank) {
@@ -137,7 +132,8 @@ std::string device_name(int index) {
 
 void set_device(int index) { KIZUNA_CUDA_CHECK(cudaSetDevice(index)); }
 
-CopyQueue::CopyQueue(int device, bool stream_wait) : device_(device), shared_(std::make_shared<Shared>()) {
+CopyQueue::CopyQueue(int device, bool stream_wait)
+    : device_(device), shared_(std::make_shared<Shared>()), completions_(std::make_unique<core::CompletionPoller>()) {
   set_device(device_);
   cudaStream_t s = nullptr;
   KIZUNA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -164,6 +160,9 @@ CopyQueue::~CopyQueue() {
   cudaError_t status = cudaErrorNotReady;
   while ((status = cudaStreamQuery(s)) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // What is still watched ends now: done where the stream got there, else
+  // Aborted.
+  completions_.reset();
   if (status == cudaErrorNotReady) {
     // Destroying the stream now would leave its gates waiting on a word
     // that is freed: keep both for the rest of the process.
@@ -247,11 +246,17 @@ void CopyQueue::open(std::uint64_t ticket) {
   shared_->cv.notify_all();
 }
 
-void CopyQueue::then(std::function<void()> fn) {
-  auto* p = new std::function<void()>(std::move(fn));
-  const cudaError_t launched = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream_), run_then, p);
-  if (launched != cudaSuccess) delete p;
-  KIZUNA_CUDA_CHECK(launched);
+void CopyQueue::then(std::chrono::milliseconds patience, const std::string& what,
+                     std::function<void(std::exception_ptr)> fn) {
+  // Polled, not a host function: CUDA never calls one once the context has
+  // an error, and the call would then hang (core/completion_poller.hpp).
+  std::function<bool()> reached = mark();
+  const int device = device_;
+  completions_->watch({[reached = std::move(reached), device] {
+                         set_device(device);
+                         return reached();
+                       },
+                       std::chrono::steady_clock::now() + patience, what, std::move(fn), nullptr});
 }
 
 void CopyQueue::lead(void* stream) {

@@ -27,6 +27,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+
+#include "core/completion_poller.hpp"
 
 namespace kizuna::cuda {
 
@@ -54,7 +57,8 @@ class CopyQueue {
   std::function<bool()> mark();
   std::uint64_t gate(std::chrono::milliseconds patience);
   void open(std::uint64_t ticket);
-  void then(std::function<void()> fn);
+  // fn runs on a thread of the queue's own (comm/device_queue.hpp).
+  void then(std::chrono::milliseconds patience, const std::string& what, std::function<void(std::exception_ptr)> fn);
   void lead(void* stream);
   // "cuStreamWaitValue32" or "host function"
   const char* gate_kind() const;
@@ -68,6 +72,7 @@ class CopyQueue {
   void* word_device_ = nullptr;  // the gate word's device address
   std::uint64_t next_ticket_ = 0;
   std::shared_ptr<Shared> shared_;
+  std::unique_ptr<core::CompletionPoller> completions_;
 };
 
 }  // namespace kizuna::cuda

@@ -8,6 +8,8 @@
 #include <mutex>
 
 #include "core/check.hpp"
+#include "core/completion_poller.hpp"
+#include "core/device_table_cache.hpp"
 #include "cuda/runtime.hpp"
 #include "cuda/copy_queue.hpp"
 #include "kernels/fifo_kernel.hpp"
@@ -18,8 +20,10 @@ namespace {
 // Status words of calls in flight (mapped pinned memory, kFifoMaxBlocks
 // per call), reused in turn.
 constexpr std::size_t kStatusSlots = 4096;
-// Encoded step tables kept on the device; beyond this they are all freed.
+// Encoded step tables kept on the device; beyond this they are all freed
+// (at least kFifoMaxBlocks: one launch's parts must fit).
 constexpr std::size_t kMaxTables = 64;
+static_assert(kMaxTables >= kernels::kFifoMaxBlocks);
 
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
@@ -63,29 +67,21 @@ std::vector<Bytes> agree(Store& store, const std::string& key, int rank, int wor
 
 Bytes text(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
-struct Completion {
-  const volatile std::uint32_t* status;  // one per block
-  int blocks;
-  std::uint32_t* abort;
-  std::string what;
-  IpcWorld::Done on_done;
-};
-
-void CUDART_CB complete(void* p) {
-  std::unique_ptr<Completion> c(static_cast<Completion*>(p));
+// Whether a call's kernel finished every block, from its status words;
+// throws Timeout when one gave up (its deadline, or abort()).
+bool finished(const volatile std::uint32_t* status, int blocks, std::uint32_t* abort, const std::string& what) {
   bool done = true;
-  for (int b = 0; b < c->blocks; ++b)
-    done = done && c->status[b] == static_cast<std::uint32_t>(kernels::FifoStatus::Done);
-  if (done) {
-    c->on_done(nullptr);
-    return;
-  }
+  for (int b = 0; b < blocks; ++b) done = done && status[b] == static_cast<std::uint32_t>(kernels::FifoStatus::Done);
+  if (done) return true;
   // The channels are in an unknown state: stop the calls queued behind.
-  *const_cast<volatile std::uint32_t*>(c->abort) = 1;
-  c->on_done(std::make_exception_ptr(Error(
-      ErrorCode::Timeout, c->what + ": the GPU collective stopped before its end: a peer did not take part "
-                                    "within the deadline, or the communicator was aborted")));
+  *const_cast<volatile std::uint32_t*>(abort) = 1;
+  KIZUNA_THROW(ErrorCode::Timeout, what, ": the GPU collective stopped before its end: a peer did not take part "
+                                         "within the deadline, or the communicator was aborted");
 }
+
+// How long after a call's own deadline the host gives up on its kernel: the
+// kernel watches the deadline itself and normally reports first.
+constexpr std::chrono::seconds kHostGrace{2};
 
 }  // namespace
 
@@ -111,13 +107,26 @@ struct IpcWorld::State {
   std::size_t scratch_bytes = 0;
   kernels::FifoSend* pending = nullptr;  // the walks' send queues: per block, an entry per step
   std::size_t pending_entries = 0;       // per block
-  std::map<std::string, kernels::DeviceStep*> tables;
+  core::DeviceTableCache tables{kMaxTables, {[](std::string_view bytes) -> void* {
+                                                void* d = nullptr;
+                                                KIZUNA_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(bytes.size(), 1)));
+                                                if (!bytes.empty())
+                                                  KIZUNA_CUDA_CHECK(cudaMemcpy(d, bytes.data(), bytes.size(),
+                                                                               cudaMemcpyHostToDevice));
+                                                return d;
+                                              },
+                                              [](void* d) { cudaFree(d); },
+                                              [this] {
+                                                if (launched) KIZUNA_CUDA_CHECK(cudaEventSynchronize(last));
+                                              }}};
   std::mutex mutex;
+  // Reset first in ~State, while what its items read is still there.
+  std::unique_ptr<core::CompletionPoller> completions = std::make_unique<core::CompletionPoller>();
 
   ~State() {
     // Nothing may be running on the channels when they go: wait for it.
     if (launched) cudaEventSynchronize(last);
-    for (auto& t : tables) cudaFree(t.second);
+    completions.reset();
     for (void* p : peers)
       if (p) cudaIpcCloseMemHandle(p);
     cudaFree(scratch);
@@ -151,21 +160,6 @@ struct IpcWorld::State {
     pending_entries = entries;
   }
 
-  kernels::DeviceStep* table_on_device(const std::vector<kernels::DeviceStep>& table) {
-    std::string key(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(kernels::DeviceStep));
-    auto it = tables.find(key);
-    if (it != tables.end()) return it->second;
-    if (tables.size() >= kMaxTables) {
-      if (launched) KIZUNA_CUDA_CHECK(cudaEventSynchronize(last));
-      for (auto& t : tables) cudaFree(t.second);
-      tables.clear();
-    }
-    kernels::DeviceStep* d = nullptr;
-    KIZUNA_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(key.size(), 1)));
-    if (!key.empty()) KIZUNA_CUDA_CHECK(cudaMemcpy(d, table.data(), key.size(), cudaMemcpyHostToDevice));
-    tables.emplace(std::move(key), d);
-    return d;
-  }
 };
 
 IpcWorld::IpcWorld(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -291,12 +285,19 @@ void IpcWorld::launch(const std::vector<IpcPart>& parts, const void* input, void
   }
   st.ensure_scratch(scratch_total);
   st.ensure_pending(longest);
+  // Every part's table on the device before any block points at one
+  // (core/device_table_cache.hpp).
+  std::vector<std::string_view> tables;
+  for (const IpcPart& part : parts)
+    tables.emplace_back(reinterpret_cast<const char*>(part.table->data()),
+                        part.table->size() * sizeof(kernels::DeviceStep));
+  st.tables.reserve(tables);
   kernels::FifoLaunch l;
   l.block_count = static_cast<int>(parts.size());
   for (std::size_t b = 0; b < parts.size(); ++b) {
     const IpcPart& part = parts[b];
     kernels::FifoBlock& block = l.blocks[b];
-    block.program.steps = st.table_on_device(*part.table);
+    block.program.steps = static_cast<kernels::DeviceStep*>(st.tables.place(tables[b]));
     block.program.step_count = static_cast<std::uint32_t>(part.table->size());
     block.program.rank = st.rank;
     block.program.world = st.world;
@@ -325,13 +326,34 @@ void IpcWorld::launch(const std::vector<IpcPart>& parts, const void* input, void
   if (op == ReduceOp::Avg && avg_count > 0) kernels::scale(output, avg_count, dtype, avg_divisor, stream);
   KIZUNA_CUDA_CHECK(cudaEventRecord(st.last, stream));
   st.launched = true;
-  auto* c = new Completion{st.status_host + slot, static_cast<int>(parts.size()), st.abort_host, what,
-                           std::move(on_done)};
-  const cudaError_t e = cudaLaunchHostFunc(stream, complete, c);
-  if (e != cudaSuccess) {
-    delete c;
-    KIZUNA_THROW(ErrorCode::CudaError, "cudaLaunchHostFunc failed: ", cudaGetErrorString(e));
+  // Completion by polling an event of the call's own, never by a CUDA host
+  // function: those are not called once the context has an error, and
+  // on_done must not run on CUDA's callback thread (core/completion_poller.hpp).
+  cudaEvent_t done = nullptr;
+  KIZUNA_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  const cudaError_t recorded = cudaEventRecord(done, stream);
+  if (recorded != cudaSuccess) {
+    cudaEventDestroy(done);
+    KIZUNA_CUDA_CHECK(recorded);
   }
+  const volatile std::uint32_t* status = st.status_host + slot;
+  const int blocks = static_cast<int>(parts.size());
+  std::uint32_t* abort_flag = st.abort_host;
+  const int device = st.device;
+  auto event = std::shared_ptr<CUevent_st>(done, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  st.completions->watch({[event, status, blocks, abort_flag, what, device] {
+                          set_device(device);
+                          const cudaError_t q = cudaEventQuery(event.get());
+                          if (q == cudaErrorNotReady) return false;
+                          if (q != cudaSuccess)
+                            KIZUNA_THROW(ErrorCode::CudaError, what, ": ", cudaGetErrorString(q));
+                          return finished(status, blocks, abort_flag, what);
+                        },
+                        std::chrono::steady_clock::now() + timeout + kHostGrace, what,
+                        [event, on_done = std::move(on_done)](std::exception_ptr e) mutable {
+                          on_done(std::move(e));
+                        },
+                        [abort_flag] { *const_cast<volatile std::uint32_t*>(abort_flag) = 1; }});
 }
 
 int IpcWorld::blocks() const { return static_cast<int>(state_->geometry.blocks); }

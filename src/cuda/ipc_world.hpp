@@ -11,9 +11,12 @@
 // CudaError on every rank, naming the rank and its cause.
 //
 // launch() enqueues one collective (a rank's encoded step table) on the
-// caller's stream and returns; `on_done` runs on CUDA's callback thread
-// once the stream has run it, with a Timeout error if the kernel gave up
-// (its deadline passed, or abort() was called). Calls run one after
+// caller's stream and returns; `on_done` runs on a thread of the world's
+// own (core/completion_poller.hpp), which polls an event recorded after
+// the kernel: with nullptr once it finished, Timeout if the kernel gave up
+// (its deadline passed, or abort() was called) or did not end within the
+// deadline and a grace of 2 s (then the kernels are told to stop),
+// CudaError naming the call if the context failed (a kernel fault). Calls run one after
 // another in call order whatever streams they are on (each waits for the
 // previous one's event), as the channels are shared.
 #pragma once

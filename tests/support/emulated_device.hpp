@@ -32,6 +32,7 @@
 
 #include "comm/device_backend.hpp"
 #include "comm/device_queue.hpp"
+#include "core/completion_poller.hpp"
 #include "core/reduce.hpp"
 #include "host_sync.hpp"
 #include "kernels/fifo_program.cuh"
@@ -112,7 +113,10 @@ class EmulatedQueue final : public comm::DeviceQueue {
   }
   void follow(void* stream) override { stream_.wait_for(EmulatedStream::of(stream).mark()); }
   void copy_to_host(void* host, const void* device, std::size_t bytes) override {
-    stream_.push([=] { std::memcpy(host, device, bytes); });
+    stream_.push([=] {
+      wait_while_stalled();
+      std::memcpy(host, device, bytes);
+    });
   }
   void copy_to_device(void* device, const void* host, std::size_t bytes) override {
     stream_.push([=] { std::memcpy(device, host, bytes); });
@@ -134,14 +138,31 @@ class EmulatedQueue final : public comm::DeviceQueue {
     }
     cv_.notify_all();
   }
-  void then(std::function<void()> fn) override { stream_.push(std::move(fn)); }
+  // As the CUDA queue does it: a mark polled by a thread of the queue's
+  // own, with a deadline, so a stalled stream (stalled) ends in Timeout.
+  void then(std::chrono::milliseconds patience, const std::string& what,
+            std::function<void(std::exception_ptr)> fn) override {
+    completions_.watch({stream_.mark(), std::chrono::steady_clock::now() + patience, what, std::move(fn), nullptr});
+  }
   void lead(void* stream) override { EmulatedStream::of(stream).wait_for(stream_.mark()); }
 
+  // A device that stops running its queues, as one whose context failed
+  // (a kernel fault): while set, every queue's copies to the host wait (at
+  // most 60 s: a test's bug must not hang the suite).
+  static inline std::atomic<bool> stalled{false};
+
  private:
+  static void wait_while_stalled() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (stalled.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
   std::mutex mutex_;
   std::condition_variable cv_;
   std::uint64_t opened_ = 0;
   std::uint64_t next_ticket_ = 0;
+  core::CompletionPoller completions_;  // after the stream's thread: a last look finds everything run
   EmulatedStream stream_;  // last: its thread stops before the rest goes
 };
 
@@ -202,7 +223,6 @@ class EmulatedJoin {
   // Runs `c` on this thread, its parts at once; nullptr or the error.
   std::exception_ptr run(const comm::DirectCall& c, const std::vector<std::vector<kernels::DeviceStep>>& tables,
                          const std::atomic<bool>& abort) {
-    const auto deadline = std::chrono::steady_clock::now() + c.timeout;
     std::vector<kernels::FifoStatus> status(c.parts.size(), kernels::FifoStatus::Running);
     std::vector<std::thread> blocks;
     for (std::size_t i = 0; i < c.parts.size(); ++i)
@@ -228,7 +248,7 @@ class EmulatedJoin {
           kernels::StepBuffers<S> b{{reinterpret_cast<S*>(const_cast<unsigned char*>(input)),
                                      reinterpret_cast<S*>(output), reinterpret_cast<S*>(scratch.data())}};
           auto state = std::make_unique<kernels::FifoState<S>>();
-          HostSync sync{deadline, &abort};
+          HostSync sync{c.timeout, &abort};
           status[i] = kernels::run_fifo_program<Codec, Op>(prog, b, *state, sync);
         });
       });

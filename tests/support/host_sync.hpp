@@ -1,6 +1,7 @@
 // tests/support/host_sync.hpp: the Sync policy of kernels/fifo_program.cuh
 // for host threads: one thread per block, flags through std::atomic_ref,
-// and a walk that gives up at its deadline or when `abort` is set.
+// and a walk that gives up after `patience` without progress (as the
+// kernel's DeviceSync does) or when `abort` is set.
 #pragma once
 
 #include <atomic>
@@ -11,8 +12,9 @@
 namespace kizuna::test {
 
 struct HostSync {
-  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::duration patience;
   const std::atomic<bool>* abort = nullptr;
+  std::chrono::steady_clock::time_point waiting_since{};  // epoch: not waiting
   int thread() const { return 0; }
   int threads() const { return 1; }
   void barrier() {}
@@ -22,10 +24,13 @@ struct HostSync {
   void store_release(std::uint64_t* p, std::uint64_t v) const {
     std::atomic_ref<std::uint64_t>(*p).store(v, std::memory_order_release);
   }
-  bool keep_waiting() const {
+  bool keep_waiting() {
     std::this_thread::yield();
-    return std::chrono::steady_clock::now() < deadline && !(abort && abort->load());
+    const auto now = std::chrono::steady_clock::now();
+    if (waiting_since == std::chrono::steady_clock::time_point{}) waiting_since = now;
+    return now - waiting_since < patience && !(abort && abort->load());
   }
+  void progressed() { waiting_since = {}; }
 };
 
 }  // namespace kizuna::test

@@ -7,6 +7,7 @@
 // GPU does across launches.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -97,7 +98,7 @@ std::vector<kernels::FifoStatus> run_world_at(World& w, const std::vector<algo::
       S* output = reinterpret_cast<S*>(outputs[r]);
       kernels::StepBuffers<S> b{{input, output, scratch.data()}};
       auto state = std::make_unique<kernels::FifoState<S>>();
-      HostSync sync{std::chrono::steady_clock::now() + limit};
+      HostSync sync{limit};
       status[r] = kernels::run_fifo_program<Codec, Op>(p, b, *state, sync);
     });
   for (auto& t : threads) t.join();
@@ -212,9 +213,53 @@ TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_pro
   StepBuffers<float> b{{data.data(), data.data(), scratch.data()}};
   auto state = std::make_unique<FifoState<float>>();
   const auto start = std::chrono::steady_clock::now();
-  HostSync sync{start + std::chrono::milliseconds(100)};
+  HostSync sync{std::chrono::milliseconds(100)};
   REQUIRE(run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync) == FifoStatus::Stopped);
   REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("a FIFO walk's deadline is a time without progress: a slow peer that keeps moving is waited for",
+          "[fifo_program]") {
+  // Rank 1 pauses 2 ms at each of its hundreds of actions, so the
+  // all-reduce takes far longer than rank 0's 100 ms of patience, but rank 0
+  // never waits 100 ms for a next move. A deadline counted from the start
+  // would stop it.
+  using namespace kizuna::kernels;
+  struct SlowSync : HostSync {
+    void progressed() {
+      HostSync::progressed();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  World w(2, 2, 16);
+  const algo::RankSchedule schedules[] = {schedules_for(Collective::AllReduce, Algorithm::Ring, 2, 400, 4)[0],
+                                          schedules_for(Collective::AllReduce, Algorithm::Ring, 2, 400, 4)[1]};
+  std::vector<std::vector<float>> data(2, std::vector<float>(400, 1.0f));
+  FifoStatus status[2] = {FifoStatus::Running, FifoStatus::Running};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      const auto table = comm::encode_steps(schedules[r]);
+      std::vector<float> scratch(schedules[r].scratch_count + 1);
+      std::vector<FifoSend> pending(table.size() + 1);
+      const FifoProgram p = w.program(r, table, pending);
+      StepBuffers<float> b{{data[r].data(), data[r].data(), scratch.data()}};
+      auto state = std::make_unique<FifoState<float>>();
+      if (r == 0) {
+        HostSync sync{std::chrono::milliseconds(100)};
+        status[r] = run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync);
+      } else {
+        SlowSync sync{{std::chrono::seconds(20)}};
+        status[r] = run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync);
+      }
+    });
+  for (auto& t : ranks) t.join();
+  CHECK(std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100));
+  CHECK(status[0] == FifoStatus::Done);
+  CHECK(status[1] == FifoStatus::Done);
+  CHECK(std::count(data[0].begin(), data[0].end(), 2.0f) == 400);
+  CHECK(std::count(data[1].begin(), data[1].end(), 2.0f) == 400);
 }
 
 TEST_CASE("a long ring queues more sends than any fixed bound, and finishes", "[fifo_program]") {

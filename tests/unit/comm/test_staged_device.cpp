@@ -293,6 +293,41 @@ TEST_CASE("a staged device call whose stream never delivers its input times out"
   CHECK(errors[1].code() != ErrorCode::Internal);  // it failed too, for its own reason
 }
 
+TEST_CASE("a staged device call whose device stops running its queue ends in an error, never hangs",
+          "[comm][staged][faults]") {
+  // As a GPU whose context failed: CUDA then never runs what was queued
+  // behind, host functions included, so the call's end must be found by
+  // polling with a deadline (core/completion_poller.hpp).
+  EmulatedDevice device;
+  const auto comms = make_comms(2, on_device(500ms));
+  EmulatedQueue::stalled = true;
+  std::vector<ErrorCode> codes(2, ErrorCode::Internal);
+  std::vector<std::chrono::steady_clock::duration> took(2);
+  std::atomic<int> ended{0};
+  std::vector<char> finished(2, false);
+  run_ranks(2, [&](int r) {
+    EmulatedStream stream;
+    std::vector<float> buffer(1000, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    codes[r] = error_of(comms[r]->all_reduce(buffer.data(), buffer.data(), buffer.size(), DataType::Float32,
+                                             ReduceOp::Sum, stream.handle()))
+                   .code();
+    took[r] = std::chrono::steady_clock::now() - start;
+    // Both have their answer: the device may run again, and the streams
+    // finish before they go.
+    if (ended.fetch_add(1) == 1) EmulatedQueue::stalled = false;
+    while (EmulatedQueue::stalled) std::this_thread::sleep_for(1ms);
+    finished[r] = stream.synchronize(60s);  // the copies back are done before the buffer goes
+  });
+  EmulatedQueue::stalled = false;
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(codes[r] == ErrorCode::Timeout);
+    CHECK(took[r] < 30s);  // the stall lasts 60 s
+    CHECK(finished[r]);
+  }
+}
+
 TEST_CASE("the DDP Reducer averages device gradients on the caller's stream", "[comm][staged][ddp]") {
   const bool direct = GENERATE(false, true);
   INFO((direct ? "direct" : "staged"));
