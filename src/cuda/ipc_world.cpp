@@ -107,12 +107,18 @@ struct IpcWorld::State {
   std::size_t scratch_bytes = 0;
   kernels::FifoSend* pending = nullptr;  // the walks' send queues: per block, an entry per step
   std::size_t pending_entries = 0;       // per block
-  core::DeviceTableCache tables{kMaxTables, {[](std::string_view bytes) -> void* {
+  // Table uploads go on a non-blocking stream of their own: a cudaMemcpy
+  // on the legacy stream would wait for every blocking stream's work,
+  // the user's included.
+  cudaStream_t uploads = nullptr;
+  core::DeviceTableCache tables{kMaxTables, {[this](std::string_view bytes) -> void* {
                                                 void* d = nullptr;
                                                 KIZUNA_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(bytes.size(), 1)));
-                                                if (!bytes.empty())
-                                                  KIZUNA_CUDA_CHECK(cudaMemcpy(d, bytes.data(), bytes.size(),
-                                                                               cudaMemcpyHostToDevice));
+                                                if (!bytes.empty()) {
+                                                  KIZUNA_CUDA_CHECK(cudaMemcpyAsync(d, bytes.data(), bytes.size(),
+                                                                                    cudaMemcpyHostToDevice, uploads));
+                                                  KIZUNA_CUDA_CHECK(cudaStreamSynchronize(uploads));
+                                                }
                                                 return d;
                                               },
                                               [](void* d) { cudaFree(d); },
@@ -136,6 +142,7 @@ struct IpcWorld::State {
     cudaFree(d_counters);
     cudaFree(mine);
     if (last) cudaEventDestroy(last);
+    if (uploads) cudaStreamDestroy(uploads);
     if (abort_host) cudaFreeHost(abort_host);
     if (status_host) cudaFreeHost(status_host);
   }
@@ -256,6 +263,7 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
     std::memset(st->status_host, 0, status_bytes);
     KIZUNA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st->status_dev), st->status_host, 0));
     KIZUNA_CUDA_CHECK(cudaEventCreateWithFlags(&st->last, cudaEventDisableTiming));
+    KIZUNA_CUDA_CHECK(cudaStreamCreateWithFlags(&st->uploads, cudaStreamNonBlocking));
     KIZUNA_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const Error& e) {
     ok = false;
