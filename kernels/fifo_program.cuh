@@ -286,9 +286,11 @@ KIZUNA_HD FifoStatus run_fifo_program(const FifoProgram& p, const StepBuffers<ty
                                       FifoState<typename Codec::Storage>& st, Sync& sync) {
   using S = typename Codec::Storage;
   using Action = typename FifoState<S>::Action;
-  // Elements per thread per turn: 16 bytes' worth, so a thread's loads are
-  // one vector and neighbouring threads' are adjacent.
+  // Elements per 16 bytes: a pack, one vector load or store.
   constexpr std::uint64_t kGroup = 16 / sizeof(S) > 0 ? 16 / sizeof(S) : 1;
+  // Packs a thread moves per turn, all loaded before any is stored: one
+  // load in flight per thread leaves a block at a few GB/s, latency-bound.
+  constexpr int kUnroll = 4;
   if (sync.thread() == 0) {
     st.step = 0;
     st.step_done = 0;
@@ -307,16 +309,25 @@ KIZUNA_HD FifoStatus run_fifo_program(const FifoProgram& p, const StepBuffers<ty
     if (action == Action::Finished) return FifoStatus::Done;
     if (action == Action::Stopped) return FifoStatus::Stopped;
     const std::uint64_t n = st.n;
-    const std::uint64_t stride = static_cast<std::uint64_t>(sync.threads()) * kGroup;
-    for (std::uint64_t i = static_cast<std::uint64_t>(sync.thread()) * kGroup; i < n; i += stride) {
-      const std::uint64_t end = i + kGroup < n ? i + kGroup : n;
-      if (action == Action::SendChunk) {
-        const FifoSend& s = p.pending[st.sending];
-        const S* src = static_cast<const S*>(s.src) + s.done;
-        for (std::uint64_t k = i; k < end; ++k) st.out[k] = src[k];
-      } else {
-        run_step<Codec, Op>(st.work, b, st.in, st.out, i, end);
-      }
+    const std::uint64_t threads = static_cast<std::uint64_t>(sync.threads());
+    const std::uint64_t me = static_cast<std::uint64_t>(sync.thread());
+    StepStreams<S> streams;
+    if (action == Action::SendChunk) {
+      const FifoSend& s = p.pending[st.sending];
+      streams = {static_cast<const S*>(s.src) + s.done, nullptr, st.out, nullptr};
+    } else {
+      streams = step_streams(st.work, b, st.in, st.out);
+    }
+    if (packs_aligned(streams)) {
+      // Whole packs, threads side by side (coalesced), then the tail.
+      const std::uint64_t groups = n / kGroup;
+      for (std::uint64_t g = me; g < groups; g += threads * kUnroll)
+        run_packs<Codec, Op, kUnroll>(streams, g, threads, groups);
+      for (std::uint64_t i = groups * kGroup + me; i < n; i += threads) run_streams<Codec, Op>(streams, i, i + 1);
+    } else {
+      const std::uint64_t stride = threads * kGroup;
+      for (std::uint64_t i = me * kGroup; i < n; i += stride)
+        run_streams<Codec, Op>(streams, i, i + kGroup < n ? i + kGroup : n);
     }
     sync.barrier();
   }

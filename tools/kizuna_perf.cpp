@@ -319,7 +319,9 @@ std::int64_t run_rank(Communicator& comm, const Options& o, const std::string& l
   info.warmup = c.common.warmup;
   info.check = c.common.check;
   info.average = c.common.average;
-  info.rank_lines = gather_rank_lines(comm, device_name(gpu), info.transport);
+  // The communicator's own account of its device: which GPU and the path
+  // its collectives take (GPU to GPU, or staged through the host).
+  info.rank_lines = gather_rank_lines(comm, gpu >= 0 ? comm.device() : device_name(gpu), info.transport);
   info.tuning = comm.tuning();
 
   const bool printing = comm.rank() == 0;

@@ -44,12 +44,16 @@ class CudaBackend final : public DeviceBackend {
   explicit CudaBackend(int index) : index_(index) {}
   std::string describe() const override {
     return "cuda:" + std::to_string(index_) + " (" + cuda::device_name(index_) + "), " +
-           (ipc_ ? "GPU to GPU through CUDA IPC" : "staged through pinned host memory");
+           (ipc_ ? ipc_->how() : std::string("staged through pinned host memory"));
   }
   bool connect(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout,
                std::string* why) override {
     try {
-      ipc_ = cuda::IpcWorld::connect(store, prefix, rank, world, index_, cuda::IpcGeometry{}, timeout);
+      cuda::IpcGeometry geometry;
+      const core::Env& env = core::Env::get();
+      if (env.cuda_channels > 0) geometry.blocks = static_cast<std::uint32_t>(env.cuda_channels);
+      if (env.cuda_slot_bytes > 0) geometry.slot_bytes = static_cast<std::uint32_t>(env.cuda_slot_bytes);
+      ipc_ = cuda::IpcWorld::connect(store, prefix, rank, world, index_, geometry, timeout);
       return true;
     } catch (const Error& e) {
       *why = e.what();

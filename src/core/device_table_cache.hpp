@@ -8,9 +8,9 @@
 // freed between the two, so no part can point at a table that a later
 // part's miss freed (freeing inside the per-part loop let a kernel read
 // freed memory once the cache was full). When a launch's missing tables do
-// not fit beside the cached ones, reserve() waits until the device is done
-// with the cached ones (`Device::wait_idle`: the previous launch, their
-// only reader) and frees them all.
+// not fit beside the cached ones, reserve() frees them all after the
+// device is done with them (`Device::wait_idle`: waits for the previous
+// launch, their only reader, or orders the frees after it on a stream).
 //
 // Header-only and independent of CUDA, so that the host's unit tests pin
 // it down without a GPU (tests/unit/core/test_device_table_cache.cpp).
@@ -34,7 +34,7 @@ class DeviceTableCache {
   struct Device {
     std::function<void*(std::string_view bytes)> upload;  // a device copy of `bytes`
     std::function<void(void*)> free;
-    std::function<void()> wait_idle;  // until no launch reads a cached table
+    std::function<void()> wait_idle;  // frees that follow come after every launch's reads
   };
 
   DeviceTableCache(std::size_t capacity, Device device) : capacity_(capacity), device_(std::move(device)) {}
@@ -78,6 +78,9 @@ class DeviceTableCache {
   }
 
   std::size_t size() const { return tables_.size(); }
+
+  // Frees every table (no launch may read them any more).
+  void clear() { release(); }
 
  private:
   void release() {

@@ -169,6 +169,8 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_DEVICE",
       "KIZUNA_CUDA_IPC",
       "KIZUNA_CUDA_STREAM_WAIT",
+      "KIZUNA_CUDA_CHANNELS",
+      "KIZUNA_CUDA_SLOT_BYTES",
   };
   return names;
 }
@@ -276,6 +278,14 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_CUDA_IPC")) env.cuda_ipc = parse_bool("KIZUNA_CUDA_IPC", *v);
   if (auto v = lookup("KIZUNA_CUDA_STREAM_WAIT"))
     env.cuda_stream_wait = parse_bool("KIZUNA_CUDA_STREAM_WAIT", *v);
+  if (auto v = lookup("KIZUNA_CUDA_CHANNELS"))
+    env.cuda_channels = static_cast<int>(parse_int("KIZUNA_CUDA_CHANNELS", *v, 1, 16));
+  if (auto v = lookup("KIZUNA_CUDA_SLOT_BYTES")) {
+    env.cuda_slot_bytes = parse_size("KIZUNA_CUDA_SLOT_BYTES", *v);
+    if (env.cuda_slot_bytes < 4096 || env.cuda_slot_bytes > (16u << 20) || env.cuda_slot_bytes % 256 != 0)
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_CUDA_SLOT_BYTES='", *v,
+                   "' is out of range; accepted: 4K .. 16M, a multiple of 256");
+  }
 
   const auto& known = known_variables();
   for (const std::string& name : names) {

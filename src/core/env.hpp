@@ -70,6 +70,10 @@ struct Env {
   int device_index = -1;
   bool cuda_ipc = true;                                // KIZUNA_CUDA_IPC
   bool cuda_stream_wait = true;                        // KIZUNA_CUDA_STREAM_WAIT
+  // GPU to GPU FIFOs (cuda/ipc_world.hpp): channel sets (a block each) and
+  // the bytes of a slot; 0: the defaults.
+  int cuda_channels = 0;                               // KIZUNA_CUDA_CHANNELS
+  std::uint64_t cuda_slot_bytes = 0;                   // KIZUNA_CUDA_SLOT_BYTES
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,
   // each as a ready-to-log sentence.

@@ -2,10 +2,13 @@
 
 #include <cuda_runtime.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 
 #include "core/check.hpp"
 #include "core/completion_poller.hpp"
@@ -67,6 +70,22 @@ std::vector<Bytes> agree(Store& store, const std::string& key, int rank, int wor
 
 Bytes text(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
+// This process, told apart from every other on the node: its pid and a
+// random number drawn once (pids repeat across containers). Ranks that are
+// threads of one process share raw device pointers: cudaIpcOpenMemHandle
+// refuses a handle exported by the calling process, and needs none there.
+struct ProcessId {
+  std::uint64_t pid = 0;
+  std::uint64_t nonce = 0;
+  bool operator==(const ProcessId&) const = default;
+};
+
+const ProcessId& this_process() {
+  static const ProcessId id{static_cast<std::uint64_t>(::getpid()),
+                            (std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  return id;
+}
+
 // Whether a call's kernel finished every block, from its status words;
 // throws Timeout when one gave up (its deadline, or abort()).
 bool finished(const volatile std::uint32_t* status, int blocks, std::uint32_t* abort, const std::string& what) {
@@ -92,6 +111,8 @@ struct IpcWorld::State {
   IpcGeometry geometry;
   unsigned char* mine = nullptr;       // this rank's inbound channels
   std::vector<void*> peers;            // the peers' inbound channels, mapped
+  std::vector<bool> opened;            // peers[p] came from cudaIpcOpenMemHandle (else: same process)
+  int same_process = 0;                // peers that are threads of this process
   // Per block b, peer p: [b * world + p].
   kernels::FifoChannel* d_in = nullptr;
   kernels::FifoChannel* d_out = nullptr;
@@ -111,19 +132,24 @@ struct IpcWorld::State {
   // on the legacy stream would wait for every blocking stream's work,
   // the user's included.
   cudaStream_t uploads = nullptr;
+  // Nothing here frees with cudaFree while calls run: cudaFree waits for
+  // the whole device, and when ranks are threads of one process a peer's
+  // kernel may be waiting for this thread's next launch (a deadlock).
+  // Tables, scratch and send queues are stream-ordered allocations, freed
+  // with cudaFreeAsync after the last call that may read them.
   core::DeviceTableCache tables{kMaxTables, {[this](std::string_view bytes) -> void* {
                                                 void* d = nullptr;
-                                                KIZUNA_CUDA_CHECK(cudaMalloc(&d, std::max<std::size_t>(bytes.size(), 1)));
-                                                if (!bytes.empty()) {
+                                                KIZUNA_CUDA_CHECK(cudaMallocAsync(
+                                                    &d, std::max<std::size_t>(bytes.size(), 1), uploads));
+                                                if (!bytes.empty())
                                                   KIZUNA_CUDA_CHECK(cudaMemcpyAsync(d, bytes.data(), bytes.size(),
                                                                                     cudaMemcpyHostToDevice, uploads));
-                                                  KIZUNA_CUDA_CHECK(cudaStreamSynchronize(uploads));
-                                                }
+                                                KIZUNA_CUDA_CHECK(cudaStreamSynchronize(uploads));
                                                 return d;
                                               },
-                                              [](void* d) { cudaFree(d); },
+                                              [this](void* d) { cudaFreeAsync(d, uploads); },
                                               [this] {
-                                                if (launched) KIZUNA_CUDA_CHECK(cudaEventSynchronize(last));
+                                                if (launched) KIZUNA_CUDA_CHECK(cudaStreamWaitEvent(uploads, last, 0));
                                               }}};
   std::mutex mutex;
   // Reset first in ~State, while what its items read is still there.
@@ -133,8 +159,10 @@ struct IpcWorld::State {
     // Nothing may be running on the channels when they go: wait for it.
     if (launched) cudaEventSynchronize(last);
     completions.reset();
-    for (void* p : peers)
-      if (p) cudaIpcCloseMemHandle(p);
+    tables.clear();
+    if (uploads) cudaStreamSynchronize(uploads);
+    for (std::size_t p = 0; p < peers.size(); ++p)
+      if (peers[p] && opened[p]) cudaIpcCloseMemHandle(peers[p]);
     cudaFree(scratch);
     cudaFree(pending);
     cudaFree(d_in);
@@ -147,26 +175,30 @@ struct IpcWorld::State {
     if (status_host) cudaFreeHost(status_host);
   }
 
-  void ensure_scratch(std::size_t bytes) {
-    if (bytes <= scratch_bytes) return;
-    if (launched) KIZUNA_CUDA_CHECK(cudaEventSynchronize(last));  // the old one may still be in use
-    KIZUNA_CUDA_CHECK(cudaFree(scratch));
-    scratch = nullptr;
-    scratch_bytes = 0;
-    KIZUNA_CUDA_CHECK(cudaMalloc(&scratch, bytes));
-    scratch_bytes = bytes;
+  // Grows `buffer` to at least `bytes` (to a power of two, so that growth
+  // is rare), in the order of `stream`, after every call launched so far.
+  void ensure(void*& buffer, std::size_t& have, std::size_t bytes, cudaStream_t stream) {
+    if (bytes <= have) return;
+    std::size_t grown = 4096;
+    while (grown < bytes) grown *= 2;
+    if (launched) KIZUNA_CUDA_CHECK(cudaStreamWaitEvent(stream, last, 0));
+    if (buffer) KIZUNA_CUDA_CHECK(cudaFreeAsync(buffer, stream));
+    buffer = nullptr;
+    have = 0;
+    KIZUNA_CUDA_CHECK(cudaMallocAsync(&buffer, grown, stream));
+    have = grown;
   }
 
-  void ensure_pending(std::size_t entries) {
-    if (entries <= pending_entries) return;
-    if (launched) KIZUNA_CUDA_CHECK(cudaEventSynchronize(last));
-    KIZUNA_CUDA_CHECK(cudaFree(pending));
-    pending = nullptr;
-    pending_entries = 0;
-    KIZUNA_CUDA_CHECK(cudaMalloc(&pending, entries * geometry.blocks * sizeof(kernels::FifoSend)));
-    pending_entries = entries;
-  }
+  void ensure_scratch(std::size_t bytes, cudaStream_t stream) { ensure(scratch, scratch_bytes, bytes, stream); }
 
+  void ensure_pending(std::size_t entries, cudaStream_t stream) {
+    const std::size_t per_entry = geometry.blocks * sizeof(kernels::FifoSend);
+    void* p = pending;
+    std::size_t have = pending_entries * per_entry;
+    ensure(p, have, entries * per_entry, stream);
+    pending = static_cast<kernels::FifoSend*>(p);
+    pending_entries = have / per_entry;
+  }
 };
 
 IpcWorld::IpcWorld(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -186,6 +218,7 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   st->device = device;
   st->geometry = geometry;
   st->peers.assign(world, nullptr);
+  st->opened.assign(world, false);
 
   // 1. This rank's inbound channels, zeroed before anyone may write.
   bool ok = true;
@@ -205,6 +238,14 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
     KIZUNA_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     const auto* u = reinterpret_cast<const std::uint8_t*>(&prop.uuid);
     payload.insert(payload.end(), u, u + sizeof prop.uuid);
+    // Which process, and the channels' address in it.
+    const auto* id = reinterpret_cast<const std::uint8_t*>(&this_process());
+    payload.insert(payload.end(), id, id + sizeof(ProcessId));
+    const auto* at = reinterpret_cast<const std::uint8_t*>(&st->mine);
+    payload.insert(payload.end(), at, at + sizeof st->mine);
+    const std::uint32_t shape[3] = {geometry.blocks, geometry.slots, geometry.slot_bytes};
+    const auto* sh = reinterpret_cast<const std::uint8_t*>(shape);
+    payload.insert(payload.end(), sh, sh + sizeof shape);
     int mps = 0;
     KIZUNA_CUDA_CHECK(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, device));
     payload.push_back(mps ? 1 : 0);
@@ -213,22 +254,41 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
     payload = text(e.what());
   }
   const std::vector<Bytes> handles = agree(store, prefix + "/handle", rank, world, ok, payload, timeout);
-  // Ranks sharing a GPU run their kernels at the same time only under MPS;
+  // Ranks sharing a GPU run their kernels at the same time only under MPS,
+  // or when they are threads of one process (one context, many streams);
   // otherwise the GPU time-slices between their processes and the walks,
   // which wait for one another, advance one slice at a time. Every rank
   // sees every record, so all decide alike.
-  constexpr std::size_t kHandle = sizeof(cudaIpcMemHandle_t), kUuid = sizeof(cudaUUID_t);
+  constexpr std::size_t kHandle = sizeof(cudaIpcMemHandle_t), kUuid = sizeof(cudaUUID_t),
+                        kProcess = sizeof(ProcessId), kPointer = sizeof(void*), kShape = 3 * sizeof(std::uint32_t);
+  constexpr std::size_t kRecord = kHandle + kUuid + kProcess + kPointer + kShape + 1;
   for (int p = 0; p < world; ++p)
-    KIZUNA_CHECK(handles[p].size() == kHandle + kUuid + 1, "rank ", p, "'s CUDA IPC record has ",
-                 handles[p].size(), " bytes");
+    KIZUNA_CHECK(handles[p].size() == kRecord, "rank ", p, "'s CUDA IPC record has ", handles[p].size(),
+                 " bytes, not ", kRecord, " (a different kizuna build?)");
+  // Every rank's FIFOs must have the same shape: a sender writes slots at
+  // the receiver's offsets.
+  for (int p = 0; p < world; ++p) {
+    std::uint32_t shape[3];
+    std::memcpy(shape, handles[p].data() + kHandle + kUuid + kProcess + kPointer, kShape);
+    if (shape[0] != geometry.blocks || shape[1] != geometry.slots || shape[2] != geometry.slot_bytes)
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "rank ", p, " has FIFOs of ", shape[0], " channel sets of ", shape[1],
+                   " slots of ", shape[2], " bytes, rank ", rank, " of ", geometry.blocks, " of ", geometry.slots,
+                   " of ", geometry.slot_bytes, ": give every rank the same KIZUNA_CUDA_CHANNELS and "
+                   "KIZUNA_CUDA_SLOT_BYTES");
+  }
+  const auto process_of = [&](int p) {
+    ProcessId id;
+    std::memcpy(&id, handles[p].data() + kHandle + kUuid, sizeof id);
+    return id;
+  };
   for (int p = 0; p < world; ++p)
     for (int q = p + 1; q < world; ++q)
       if (std::equal(handles[p].begin() + kHandle, handles[p].begin() + kHandle + kUuid,
                      handles[q].begin() + kHandle) &&
-          (handles[p].back() == 0 || handles[q].back() == 0))
+          !(process_of(p) == process_of(q)) && (handles[p].back() == 0 || handles[q].back() == 0))
         KIZUNA_THROW(ErrorCode::CudaError, "ranks ", p, " and ", q, " share a GPU without MPS: their kernels "
                      "would run one time slice at a time (start nvidia-cuda-mps-control -d for GPU to GPU "
-                     "collectives between ranks on one GPU)");
+                     "collectives between processes on one GPU; threads of one process need no MPS)");
 
   // 2. The peers' channels mapped, and what the kernel reads set up.
   ok = true;
@@ -236,9 +296,15 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   try {
     for (int p = 0; p < world; ++p) {
       if (p == rank) continue;
+      if (process_of(p) == this_process()) {
+        std::memcpy(&st->peers[p], handles[p].data() + kHandle + kUuid + kProcess, kPointer);
+        ++st->same_process;
+        continue;
+      }
       cudaIpcMemHandle_t handle;
       std::memcpy(&handle, handles[p].data(), sizeof handle);
       KIZUNA_CUDA_CHECK(cudaIpcOpenMemHandle(&st->peers[p], handle, cudaIpcMemLazyEnablePeerAccess));
+      st->opened[p] = true;
     }
     // Channel (block b, s -> r) sits at index b * world + s of r's memory.
     const std::size_t n = std::size_t(world) * geometry.blocks;
@@ -291,8 +357,8 @@ void IpcWorld::launch(const std::vector<IpcPart>& parts, const void* input, void
     scratch_total += align_up(std::max<std::size_t>(part.scratch_bytes, 1), 256);
     longest = std::max(longest, part.table->size());
   }
-  st.ensure_scratch(scratch_total);
-  st.ensure_pending(longest);
+  st.ensure_scratch(scratch_total, stream);
+  st.ensure_pending(longest, stream);
   // Every part's table on the device before any block points at one
   // (core/device_table_cache.hpp).
   std::vector<std::string_view> tables;
@@ -362,6 +428,14 @@ void IpcWorld::launch(const std::vector<IpcPart>& parts, const void* input, void
                           on_done(std::move(e));
                         },
                         [abort_flag] { *const_cast<volatile std::uint32_t*>(abort_flag) = 1; }});
+}
+
+std::string IpcWorld::how() const {
+  const int others = state_->world - 1;
+  if (state_->same_process == others) return "GPU to GPU in one process";
+  if (state_->same_process == 0) return "GPU to GPU through CUDA IPC";
+  return "GPU to GPU through CUDA IPC and, with " + std::to_string(state_->same_process) +
+         " peer(s) in this process, shared pointers";
 }
 
 int IpcWorld::blocks() const { return static_cast<int>(state_->geometry.blocks); }

@@ -5,7 +5,9 @@
 // its inbound channels with cudaMalloc (kernels/fifo_program.cuh's layout),
 // publishes their cudaIpcMemHandle, and maps every peer's with
 // cudaIpcOpenMemHandle, so a rank's kernel writes straight into its peers'
-// FIFOs. Several ranks may share one GPU. Every rank learns whether every
+// FIFOs. Ranks that are threads of one process share the raw pointers
+// instead (a process cannot open its own IPC handle, and needs none).
+// Several ranks may share one GPU: processes under MPS, threads always. Every rank learns whether every
 // other rank succeeded, so either all use the join or none does: a rank
 // that cannot (no IPC in a container, an old driver) makes connect() throw
 // CudaError on every rank, naming the rank and its cause.
@@ -69,6 +71,11 @@ class IpcWorld {
               const std::string& what, Done on_done);
 
   int blocks() const;
+
+  // How the ranks are joined: "GPU to GPU through CUDA IPC", or "GPU to GPU
+  // in one process" when every peer is a thread of this process (their
+  // channels are shared by pointer, no IPC handle opened, no MPS needed).
+  std::string how() const;
 
   // Stops the kernels that are running or queued (they report Timeout).
   void abort();

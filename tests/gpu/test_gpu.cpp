@@ -1,6 +1,14 @@
 // test_gpu: every check that needs a GPU, in one executable.
 //
 //   test_gpu                 all checks; exit 0 passed, 1 failed, 77 no usable GPU
+//   test_gpu --step STEP     one check (tests/gpu/run.sh runs them one by one):
+//     reduce                 the reduce kernels against the CPU, every dtype and op
+//     threads N              N ranks as threads of this process, kernel path
+//     procs N ipc|staged|hostfn   N processes: GPU to GPU (under MPS when they
+//                            share a GPU), staged, staged with host-function gates
+//     ddp N ipc|staged       the Reducer on device gradients
+//     kill ipc|staged        a rank killed mid-collective; the others end in an error
+//     mps                    exit 0 when this GPU's contexts go through MPS
 //   test_gpu --rank R ...    one rank of a multi-rank check (started by the above)
 //
 // Ranks are separate processes started with fork+exec (CUDA must not be
@@ -22,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective_reference.hpp"
@@ -95,6 +104,8 @@ struct RankArgs {
   int rank = -1, world = 0, port = 0;
   std::string mode;  // "check", "kill"
   bool ipc = true;   // KIZUNA_CUDA_IPC: GPU to GPU, or staged through the host
+  bool threads = false;  // ranks are threads of one process
+  bool quick = false;    // small counts only (under compute-sanitizer)
 };
 
 int run_rank(const RankArgs& a) {
@@ -107,22 +118,42 @@ int run_rank(const RankArgs& a) {
   o.world_size = a.world;
   o.device = "cuda";
   o.local_rank = a.rank;
+  o.name = "gpu-check";  // threads' stores would otherwise each count their own communicators
   o.timeout = std::chrono::seconds(a.mode == "kill" ? 10 : 20);
+  // Ranks that are threads share one CUDA context: a cudaFree, or a copy on
+  // the legacy stream, waits for every rank's kernel, and a kernel waits
+  // for its peers' kernels, which the blocked thread would never launch.
+  // So the check allocates its buffers once, before the communicator, and
+  // copies on a non-blocking stream of its own.
+  const bool large = !a.quick;
+  const std::size_t most = (large ? 1000003 : 1009) * 8 * std::size_t(a.world) + 1;
+  void *din = nullptr, *dout = nullptr;
+  CUDA_OK(cudaMalloc(&din, most));
+  CUDA_OK(cudaMalloc(&dout, most));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto up = [&](void* to, const void* from, std::size_t bytes) {
+    CUDA_OK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+  };
+  const auto down = [&](void* to, const void* from, std::size_t bytes) {
+    CUDA_OK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToHost, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+  };
   auto comm = Communicator::create(o);
-  // The path must be the one asked for: IPC joins the ranks' GPUs (ranks
-  // sharing one only under MPS, whose kernels then run at once), and
-  // KIZUNA_CUDA_IPC=0 stages.
+  // The path must be the one asked for: threads of one process share
+  // pointers, IPC joins processes' GPUs (ranks sharing one only under MPS,
+  // whose kernels then run at once), and KIZUNA_CUDA_IPC=0 stages.
   int gpus = 0, mps = 0;
   CUDA_OK(cudaGetDeviceCount(&gpus));
   CUDA_OK(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, 0));
-  const bool expect_ipc = a.ipc && (gpus >= a.world || mps);
+  const bool expect_ipc = a.ipc && (a.threads || gpus >= a.world || mps);
+  const char* expected = !expect_ipc ? "staged" : a.threads ? "in one process" : "CUDA IPC";
   const std::string path = comm->device();
-  if (path.find(expect_ipc ? "CUDA IPC" : "staged") == std::string::npos) {
-    std::printf("rank %d: expected the %s path, got %s\n", a.rank, expect_ipc ? "CUDA IPC" : "staged", path.c_str());
+  if (path.find(expected) == std::string::npos) {
+    std::printf("rank %d: expected the path '%s', got %s\n", a.rank, expected, path.c_str());
     return 2;
   }
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreate(&stream));
   const DeviceStream ds{stream};
   const int n = a.world, r = a.rank;
 
@@ -186,18 +217,14 @@ int run_rank(const RankArgs& a) {
 
   // "check": every collective x dtype x op on device buffers.
   int wrong = 0;
-  const DataType types[] = {DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64,
-                            DataType::Int32, DataType::Int64, DataType::UInt8};
-  for (DataType t : types) {
+  for (DataType t : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
       if (op == ReduceOp::Avg && !is_floating(t)) continue;
       const CollectiveReference ref(t, op);
       const std::size_t e = ref.elem();
       for (std::uint64_t count : {0ull, 1ull, 1009ull, 1000003ull}) {
+        if (count > 1009 && !large) continue;
         const std::size_t bytes = count * e;
-        void *din = nullptr, *dout = nullptr;
-        CUDA_OK(cudaMalloc(&din, bytes * n + 1));
-        CUDA_OK(cudaMalloc(&dout, bytes * n + 1));
         auto expect = [&](const char* what, const std::vector<unsigned char>& got, std::uint64_t elements, auto&& fn) {
           const std::string w = ref.compare(got.data(), elements, fn);
           if (!w.empty()) {
@@ -209,53 +236,52 @@ int run_rank(const RankArgs& a) {
         std::vector<unsigned char> got(bytes * n);
         // all_reduce
         auto in = ref.input_buffer(r, count);
-        CUDA_OK(cudaMemcpy(din, in.data(), bytes, cudaMemcpyHostToDevice));
+        up(din, in.data(), bytes);
         comm->all_reduce(din, dout, count, t, op, ds).wait();
-        CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+        down(got.data(), dout, bytes);
         expect("all_reduce", got, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
         // reduce_scatter
         auto in_n = ref.input_buffer(r, count * n);
-        CUDA_OK(cudaMemcpy(din, in_n.data(), bytes * n, cudaMemcpyHostToDevice));
+        up(din, in_n.data(), bytes * n);
         comm->reduce_scatter(din, dout, count, t, op, ds).wait();
-        CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+        down(got.data(), dout, bytes);
         expect("reduce_scatter", got, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, r * count + i, w); });
         // reduce to the last rank
-        CUDA_OK(cudaMemcpy(din, in.data(), bytes, cudaMemcpyHostToDevice));
+        up(din, in.data(), bytes);
         comm->reduce(din, dout, count, t, op, n - 1, ds).wait();
         if (r == n - 1) {
-          CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+          down(got.data(), dout, bytes);
           expect("reduce", got, count, [&](std::uint64_t i, unsigned char* w) { ref.reduced(n, i, w); });
         }
-        if (op != ReduceOp::Sum) {
-          cudaFree(din);
-          cudaFree(dout);
-          continue;
-        }
+        if (op != ReduceOp::Sum) continue;
         // all_gather and broadcast (no operator)
         comm->all_gather(din, dout, count, t, ds).wait();
-        CUDA_OK(cudaMemcpy(got.data(), dout, bytes * n, cudaMemcpyDeviceToHost));
+        down(got.data(), dout, bytes * n);
         if (count)
           expect("all_gather", got, count * n,
                  [&](std::uint64_t i, unsigned char* w) { ref.input(static_cast<int>(i / count), i % count, w); });
         comm->broadcast(din, dout, count, t, 0, ds).wait();
-        CUDA_OK(cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost));
+        down(got.data(), dout, bytes);
         expect("broadcast", got, count, [&](std::uint64_t i, unsigned char* w) { ref.input(0, i, w); });
         // In place: the input is this rank's block of the output (a share
         // larger than the FIFO once deadlocked the walk).
         auto* own = static_cast<unsigned char*>(dout) + r * bytes;
-        CUDA_OK(cudaMemcpy(own, in.data(), bytes, cudaMemcpyHostToDevice));
+        up(own, in.data(), bytes);
         comm->all_gather(own, dout, count, t, ds).wait();
-        CUDA_OK(cudaMemcpy(got.data(), dout, bytes * n, cudaMemcpyDeviceToHost));
+        down(got.data(), dout, bytes * n);
         if (count)
           expect("all_gather in place", got, count * n,
                  [&](std::uint64_t i, unsigned char* w) { ref.input(static_cast<int>(i / count), i % count, w); });
-        cudaFree(din);
-        cudaFree(dout);
       }
     }
   }
-  CUDA_OK(cudaStreamDestroy(stream));
+  // Every rank done before any frees (a cudaFree waits for the peers' kernels).
+  comm->barrier().wait();
   std::printf("rank %d of %d on %s: %s\n", r, n, comm->device().c_str(), wrong ? "WRONG" : "ok");
+  comm.reset();
+  CUDA_OK(cudaFree(din));
+  CUDA_OK(cudaFree(dout));
+  CUDA_OK(cudaStreamDestroy(stream));
   return wrong ? 1 : 0;
 }
 
@@ -279,7 +305,7 @@ std::vector<int> run_ranks(const char* self, int world, const std::string& mode,
     pids.push_back(pid);
   }
   std::vector<int> codes;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(100);
   for (pid_t pid : pids) {
     int status = 0;
     while (::waitpid(pid, &status, WNOHANG) == 0) {
@@ -295,6 +321,86 @@ std::vector<int> run_ranks(const char* self, int world, const std::string& mode,
   return codes;
 }
 
+// Ranks as threads of this process, on the kernel path: one store, one
+// communicator per thread, every check of run_rank.
+std::vector<int> run_threads(int world, bool quick = false) {
+  TcpStoreServer server(TcpStoreOptions{});
+  std::vector<int> codes(world, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      RankArgs a;
+      a.rank = r;
+      a.world = world;
+      a.port = server.port();
+      a.mode = "check";
+      a.threads = true;
+      a.quick = quick;
+      try {
+        codes[r] = run_rank(a);
+      } catch (const Error& e) {
+        std::printf("rank %d: %s: %s\n", r, name(e.code()).data(), e.what());
+        codes[r] = 10 + static_cast<int>(e.code());
+      }
+    });
+  for (auto& t : threads) t.join();
+  return codes;
+}
+
+int expect_all_zero(const std::vector<int>& codes, const std::string& what) {
+  for (std::size_t r = 0; r < codes.size(); ++r)
+    GPU_EXPECT(codes[r] == 0, "%s: rank %zu exited %d", what.c_str(), r, codes[r]);
+  std::printf("%s: %s\n", what.c_str(), g_failures ? "FAILED" : "ok");
+  return g_failures ? 1 : 0;
+}
+
+int kill_check(const char* self, bool ipc) {
+  const char* path = ipc ? "GPU to GPU" : "staged";
+  // A rank killed mid-collective: the others end with an error, within
+  // their 10 s deadline (PeerLost staged; IPC kernels see only the
+  // deadline, or PeerLost when the host noticed first).
+  const auto start = std::chrono::steady_clock::now();
+  const auto codes = run_ranks(self, 4, "kill", ipc);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r : {0, 2, 3})
+    GPU_EXPECT(codes[r] == 3 || (ipc && codes[r] == 6), "%s kill test: survivor %d exited %d, expected %s", path, r,
+               codes[r], ipc ? "PeerLost (3) or Timeout (6)" : "PeerLost (3)");
+  GPU_EXPECT(took < 60, "%s kill test: the survivors took %.0f s", path, took);
+  std::printf("a rank killed mid-collective, %s: survivors error out in %.1f s: %s\n", path, took,
+              g_failures ? "FAILED" : "ok");
+  return g_failures ? 1 : 0;
+}
+
+// One step of tests/gpu/run.sh. Multi-process steps fork before this
+// process touches CUDA.
+int run_step(const char* self, const std::vector<std::string>& args) {
+  const std::string step = args.empty() ? "" : args[0];
+  const int world = args.size() > 1 ? std::atoi(args[1].c_str()) : 0;
+  const std::string how = args.size() > 2 ? args[2] : (args.size() > 1 ? args[1] : "");
+  if (step == "reduce") {
+    check_reduce_kernel();
+    return g_failures ? 1 : 0;
+  }
+  if (step == "mps") {
+    int mps = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, 0));
+    std::printf("MPS %s\n", mps ? "enabled" : "not enabled");
+    return mps ? 0 : 1;
+  }
+  if (step == "threads" && world >= 1)
+    return expect_all_zero(run_threads(world, how == "quick"), "device collectives, " + std::to_string(world) +
+                                                   " ranks as threads of one process, kernel path");
+  if (step == "procs" && world >= 1 && (how == "ipc" || how == "staged" || how == "hostfn"))
+    return expect_all_zero(run_ranks(self, world, "check", how == "ipc", how != "hostfn"),
+                           "device collectives, " + std::to_string(world) + " processes, " + how);
+  if (step == "ddp" && world >= 1 && (how == "ipc" || how == "staged"))
+    return expect_all_zero(run_ranks(self, world, "ddp", how == "ipc"),
+                           "DDP on device gradients, " + std::to_string(world) + " processes, " + how);
+  if (step == "kill" && (how == "ipc" || how == "staged")) return kill_check(self, how == "ipc");
+  std::fprintf(stderr, "test_gpu: unknown step; see the comment at the top of tests/gpu/test_gpu.cpp\n");
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -306,6 +412,10 @@ int main(int argc, char** argv) {
     else if (arg == "--port" && i + 1 < argc) a.port = std::atoi(argv[++i]);
     else if (arg == "--mode" && i + 1 < argc) a.mode = argv[++i];
   }
+  std::vector<std::string> step;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--step")
+      for (int j = i + 1; j < argc; ++j) step.emplace_back(argv[j]);
   const char* ipc = std::getenv("KIZUNA_CUDA_IPC");
   a.ipc = ipc == nullptr || std::string(ipc) != "0";
   if (a.rank >= 0) {
@@ -327,7 +437,11 @@ int main(int argc, char** argv) {
     std::printf("skipped: %s\n", cuda::probe().reason.c_str());
     return 77;
   }
+  if (!step.empty()) return run_step(argv[0], step);
 
+  // Threads of one process on the kernel path (pointers shared, no MPS).
+  for (int world : {2, 4, 8})
+    expect_all_zero(run_threads(world), "device collectives, " + std::to_string(world) + " threads, kernel path");
   // GPU to GPU through CUDA IPC, then staged (KIZUNA_CUDA_IPC=0, the
   // fallback when IPC cannot join the ranks).
   for (const bool ipc : {true, false}) {
@@ -344,17 +458,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < world; ++r)
         GPU_EXPECT(codes[r] == 0, "%s DDP with %d ranks: rank %d exited %d", path, world, r, codes[r]);
     }
-    // A rank killed mid-collective: the others end with an error, within
-    // their 10 s deadline (PeerLost staged; IPC kernels see only the
-    // deadline, or PeerLost when the host noticed first).
-    const auto start = std::chrono::steady_clock::now();
-    const auto codes = run_ranks(argv[0], 4, "kill", ipc);
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (int r : {0, 2, 3})
-      GPU_EXPECT(codes[r] == 3 || (ipc && codes[r] == 6), "%s kill test: survivor %d exited %d, expected %s", path, r,
-                 codes[r], ipc ? "PeerLost (3) or Timeout (6)" : "PeerLost (3)");
-    GPU_EXPECT(took < 60, "%s kill test: the survivors took %.0f s", path, took);
-    std::printf("a rank killed mid-collective, %s: survivors error out in %.1f s\n", path, took);
+    kill_check(argv[0], ipc);
   }
   // Staged with the other kind of gate: a host function on the copy
   // queue's stream instead of cuStreamWaitValue32.

@@ -6,9 +6,12 @@
 // wall-clock seconds per call on this rank. The caller then combines the
 // ranks' figures with the reduction time_reduction() names and finishes
 // with finish_time() (-a 1 divides the sum by the world size).
+// time_queued() below times device calls in stream order instead.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <vector>
 
 namespace kizuna::perf {
 
@@ -18,6 +21,25 @@ double time_calls(int warmup, int iters, Call&& call, Barrier&& barrier) {
   barrier();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) call();
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return elapsed.count() / iters;
+}
+
+// time_queued(): as time_calls(), but the timed calls are issued back to
+// back without waiting and the last one is waited for at the end, as
+// nccl-tests times a stream: for device calls, which run in stream order,
+// so a call's time is the device's and not a host round trip's. `issue`
+// returns what has a wait() (a Work).
+template <typename Issue, typename Barrier>
+double time_queued(int warmup, int iters, Issue&& issue, Barrier&& barrier) {
+  for (int i = 0; i < warmup; ++i) issue().wait();
+  barrier();
+  const auto start = std::chrono::steady_clock::now();
+  using Pending = decltype(issue());
+  std::vector<Pending> pending;
+  pending.reserve(static_cast<std::size_t>(iters));
+  for (int i = 0; i < iters; ++i) pending.push_back(issue());
+  for (auto& p : pending) p.wait();
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
   return elapsed.count() / iters;
 }

@@ -117,18 +117,21 @@ std::vector<kernels::FifoStatus> run_world(World& w, const std::vector<algo::Ran
   return run_world_at<Codec, Op>(w, schedules, in, out);
 }
 
+// `slot_bytes` of 16 makes every message wrap; larger slots and counts
+// make whole 16-byte packs (kernels/step_table.cuh's run_packs) and tails.
 template <typename Codec, typename Op>
-void compare_with_simulator(DataType dtype, ReduceOp rop) {
+void compare_with_simulator(DataType dtype, ReduceOp rop, std::uint32_t slot_bytes = 16,
+                            std::vector<std::uint64_t> counts = {0, 1, 37, 100}, int max_world = 9) {
   const CollectiveReference ref(dtype, rop);
   const std::size_t elem = ref.elem();
-  for (int world = 1; world <= 9; ++world) {
+  for (int world = 1; world <= max_world; ++world) {
     for (std::uint32_t slots : {1u, 3u}) {
       // The channels live across all the calls below, as on the GPU.
-      World w(world, slots, 16);
+      World w(world, slots, slot_bytes);
       for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
                            Collective::Broadcast, Collective::Reduce}) {
         for (Algorithm a : {Algorithm::Ring, Algorithm::Tree, Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Doubling}) {
-          for (std::uint64_t count : {0ull, 1ull, 37ull, 100ull}) {
+          for (std::uint64_t count : counts) {
             // In place only where the output is the input's size (all-reduce, broadcast).
             const bool in_place = count % 2 == 1 && (c == Collective::AllReduce || c == Collective::Broadcast);
             CAPTURE(world, slots, algo::name(c), algo::name(a), count, in_place);
@@ -155,6 +158,62 @@ TEST_CASE("the FIFO walk runs every schedule exactly like the simulator", "[fifo
   compare_with_simulator<Plain<float>, SumOp>(DataType::Float32, ReduceOp::Sum);
   compare_with_simulator<Half, MaxOp>(DataType::Float16, ReduceOp::Max);
   compare_with_simulator<Plain<std::uint64_t>, ProdOp>(DataType::Int64, ReduceOp::Prod);
+}
+
+TEST_CASE("the FIFO walk moves whole 16-byte packs and their tails exactly like the simulator", "[fifo_program]") {
+  using namespace kizuna::kernels;
+  // Slots of 256 bytes: 16 packs a chunk; counts that leave tails of every
+  // length and rank offsets that are aligned and not (then element by element).
+  const std::vector<std::uint64_t> counts = {1000, 1003, 4099};
+  compare_with_simulator<Plain<float>, SumOp>(DataType::Float32, ReduceOp::Sum, 256, counts, 5);
+  compare_with_simulator<Plain<std::uint8_t>, SumOp>(DataType::UInt8, ReduceOp::Sum, 256, counts, 5);
+  compare_with_simulator<BFloat, MinOp>(DataType::BFloat16, ReduceOp::Min, 256, counts, 5);
+  compare_with_simulator<Plain<double>, ProdOp>(DataType::Float64, ReduceOp::Prod, 256, counts, 5);
+}
+
+TEST_CASE("run_packs computes what run_streams does for every kind of step, in place too", "[fifo_program]") {
+  using namespace kizuna::kernels;
+  using Codec = Plain<float>;
+  using S = Codec::Storage;
+  constexpr std::uint64_t kCount = 1000;  // 250 packs
+  // Buffers of whole packs, so that every stream is 16-byte aligned.
+  auto fill = [](std::vector<Raw16>& v, unsigned seed) {
+    auto* f = reinterpret_cast<float*>(v.data());
+    for (std::uint64_t i = 0; i < kCount; ++i) f[i] = static_cast<float>((i * seed) % 97) * 0.5f;
+  };
+  for (int shape = 0; shape < 5; ++shape) {
+    std::vector<Raw16> x(kCount / 4), y(kCount / 4), a(kCount / 4), b(kCount / 4), a2(kCount / 4), b2(kCount / 4);
+    fill(x, 3);
+    fill(y, 7);
+    fill(a, 11);
+    a2 = a;
+    auto* px = reinterpret_cast<S*>(x.data());
+    auto* py = reinterpret_cast<S*>(y.data());
+    // 0: copy; 1: reduce; 2: reduce and send; 3: copy and send; 4: in place (w1 is x).
+    StepStreams<S> packs{px, shape == 1 || shape == 2 || shape == 4 ? py : nullptr, reinterpret_cast<S*>(a.data()),
+                         shape == 2 || shape == 3 ? reinterpret_cast<S*>(b.data()) : nullptr};
+    StepStreams<S> plain{packs.x, packs.y, reinterpret_cast<S*>(a2.data()),
+                         packs.w2 ? reinterpret_cast<S*>(b2.data()) : nullptr};
+    std::vector<Raw16> x2 = x;
+    if (shape == 4) {
+      packs.x = packs.w1 = reinterpret_cast<S*>(x.data());
+      plain.x = plain.w1 = reinterpret_cast<S*>(x2.data());
+    }
+    CAPTURE(shape);
+    REQUIRE(packs_aligned(packs));
+    // Four "threads" side by side, as the kernel strides them.
+    constexpr int kThreads = 4, kUnroll = 4;
+    for (std::uint64_t t = 0; t < kThreads; ++t)
+      for (std::uint64_t g = t; g < kCount / 4; g += kThreads * kUnroll)
+        run_packs<Codec, SumOp, kUnroll>(packs, g, kThreads, kCount / 4);
+    run_streams<Codec, SumOp>(plain, 0, kCount);
+    CHECK(std::memcmp(packs.w1, plain.w1, kCount * sizeof(S)) == 0);
+    if (packs.w2) CHECK(std::memcmp(packs.w2, plain.w2, kCount * sizeof(S)) == 0);
+  }
+  // A stream off the 16-byte grid is not for packs.
+  std::vector<Raw16> v(4);
+  const StepStreams<S> off{reinterpret_cast<S*>(v.data()) + 1, nullptr, reinterpret_cast<S*>(v.data()), nullptr};
+  CHECK_FALSE(packs_aligned(off));
 }
 
 TEST_CASE("in-place all-gather and reduce-scatter run through FIFOs far smaller than a rank's share",

@@ -171,6 +171,17 @@ TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US, KIZUNA_YIELD_US",
   CHECK(error_of({{"KIZUNA_YIELD_US", "soon"}}).find("KIZUNA_YIELD_US") != std::string::npos);
 }
 
+TEST_CASE("KIZUNA_CUDA_CHANNELS and KIZUNA_CUDA_SLOT_BYTES shape the GPU FIFOs, within range", "[env]") {
+  CHECK(parse({}).cuda_channels == 0);
+  CHECK(parse({}).cuda_slot_bytes == 0);
+  CHECK(parse({{"KIZUNA_CUDA_CHANNELS", "16"}}).cuda_channels == 16);
+  CHECK(error_of({{"KIZUNA_CUDA_CHANNELS", "17"}}).find("KIZUNA_CUDA_CHANNELS") != std::string::npos);
+  CHECK(error_of({{"KIZUNA_CUDA_CHANNELS", "0"}}).find("KIZUNA_CUDA_CHANNELS") != std::string::npos);
+  CHECK(parse({{"KIZUNA_CUDA_SLOT_BYTES", "512K"}}).cuda_slot_bytes == 512u << 10);
+  CHECK(error_of({{"KIZUNA_CUDA_SLOT_BYTES", "1K"}}).find("4K .. 16M, a multiple of 256") != std::string::npos);
+  CHECK(error_of({{"KIZUNA_CUDA_SLOT_BYTES", "5000"}}).find("a multiple of 256") != std::string::npos);
+}
+
 TEST_CASE("KIZUNA_STAGED_FROM and KIZUNA_STAGING_BYTES", "[env]") {
   CHECK(parse({}).staged_from == -1);
   CHECK(parse({{"KIZUNA_STAGED_FROM", "Auto"}}).staged_from == -1);
