@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/usage.hpp"
+#include "run/blame.hpp"
 #include "run/options.hpp"
 #include "run/output.hpp"
 #include "run/rendezvous.hpp"
@@ -200,6 +201,9 @@ class Launcher {
       }
       if (outcome.kind == Outcome::LocalFailure || outcome.kind == Outcome::RemoteFailure)
         print_status_table(group);
+      // The rank whose failure ended the job, now that the others have
+      // failed too: not always the first one reaped (run/blame.hpp).
+      if (outcome.kind == Outcome::LocalFailure) failure = cause_of(group, failure);
 
       const bool failed = outcome.kind == Outcome::LocalFailure || outcome.kind == Outcome::RemoteFailure;
       if (failed && round < o_.max_restarts) {
@@ -258,6 +262,10 @@ class Launcher {
       env.push_back("TORCHELASTIC_MAX_RESTARTS=" + std::to_string(o_.max_restarts));
       env.push_back("KIZUNA_STORE=" + rdzv.store_address());
       env.push_back("KIZUNA_STORE_PREFIX=" + rdzv.round_prefix(round));
+      if (!o_.port_range.empty()) {  // the flag over the environment's
+        std::erase_if(env, [](const std::string& e) { return e.rfind("KIZUNA_PORT_RANGE=", 0) == 0; });
+        env.push_back("KIZUNA_PORT_RANGE=" + o_.port_range);
+      }
       out.push_back(std::move(env));
     }
     return out;
@@ -323,6 +331,25 @@ class Launcher {
       say("cannot tell the other nodes: " + std::string(e.what()));
     }
     return failure;
+  }
+
+  // The failure to name in the job's last line: blame() over the workers
+  // that failed on their own; `first` (the first reaped) when that names it.
+  std::string cause_of(const WorkerGroup& group, const std::string& first) const {
+    std::vector<Failed> failures;
+    for (const WorkerExit& e : group.exits()) {
+      if (e.ok() || e.stopped) continue;
+      Failed f;
+      f.rank = e.rank;
+      f.how = e.how();
+      const auto& tail = group.output(e.local_rank).tail();
+      f.lines.assign(tail.begin(), tail.end());
+      if (const auto& status = group.output(e.local_rank).status()) f.status = *status;
+      failures.push_back(std::move(f));
+    }
+    if (failures.empty()) return first;
+    const std::string where = o_.nnodes > 1 ? " on node " + std::to_string(o_.node_rank) : "";
+    return describe(blame(failures), where);
   }
 
   // A collective's failure reaches every rank within a second or two (abort

@@ -2,7 +2,7 @@
 //
 //   kizuna-store serve  [--host H] [--port P] [--world-size N] [--token-env] [--max-value-bytes SIZE]
 //   kizuna-store get    --addr H:P [--timeout DUR] KEY
-//   kizuna-store set    --addr H:P KEY VALUE
+//   kizuna-store set    --addr H:P [--file PATH] KEY [VALUE|-]   ("-": the value from stdin)
 //   kizuna-store add    --addr H:P KEY DELTA
 //   kizuna-store wait   --addr H:P [--timeout DUR] KEY...
 //   kizuna-store check  --addr H:P KEY...
@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -65,7 +66,8 @@ const std::vector<Command>& commands() {
        "print the value of KEY, waiting for it up to the timeout (default KIZUNA_STORE_TIMEOUT)",
        1,
        1},
-      {"set", "--addr HOST:PORT KEY VALUE", "set KEY to VALUE", 2, 2},
+      {"set", "--addr HOST:PORT [--file PATH] KEY [VALUE|-]",
+       "set KEY to VALUE; to what stdin holds with '-', or the file with --file", 1, 2},
       {"add", "--addr HOST:PORT KEY DELTA", "add DELTA to the counter at KEY; print the new value", 2, 2},
       {"wait", "--addr HOST:PORT [--timeout DUR] KEY...", "wait until every KEY exists", 1, -1},
       {"check", "--addr HOST:PORT KEY...", "print which KEYs exist; exit 0 when all do, 1 otherwise", 1, -1},
@@ -90,6 +92,7 @@ struct Invocation {
   bool token_env = false;  // --token-env: KIZUNA_STORE_TOKEN must be set
   std::vector<std::string> args;
   std::int64_t delta = 0;  // add's DELTA
+  std::string file;        // set --file PATH
 };
 
 // The command's flags on `app`, setting `in`. Serve's --help lists them;
@@ -123,6 +126,11 @@ void declare(CLI::App& app, const Command& c, Invocation& in) {
   tools::add_value(app, "--timeout", "DUR", "",
                    [&s](const std::string& v) { s.timeout = core::parse_duration("--timeout", v); });
   tools::add_switch(app, "--token-env", "", [&in] { in.token_env = true; });
+  if (std::string_view(c.name) == "set")
+    tools::add_value(app, "--file", "PATH", "", [&in](const std::string& v) {
+      if (v.empty()) throw tools::UsageError("--file is empty");
+      in.file = v;
+    });
 }
 
 // The command's arguments: the words its flags left, less a "--" that ends
@@ -156,6 +164,9 @@ bool parse(const Command& c, int argc, char** argv, Invocation& in) {
   const int n = static_cast<int>(in.args.size());
   if (n < c.min_args) throw tools::UsageError("missing arguments");
   if (c.max_args >= 0 && n > c.max_args) throw tools::UsageError("too many arguments");
+  if (std::string_view(c.name) == "set" && (n == 2) == !in.file.empty())
+    throw tools::UsageError(in.file.empty() ? "set needs a VALUE (or '-' for stdin, or --file PATH)"
+                                            : "set takes its value from --file or from VALUE, not both");
   if (std::string_view(c.name) == "add") in.delta = core::parse_int("DELTA", in.args[1], INT64_MIN, INT64_MAX);
   if (!c.serves() && !in.addr_given) throw tools::UsageError("--addr HOST:PORT is required");
   return true;
@@ -205,6 +216,23 @@ void print_bytes(const Bytes& value) {
   std::fputc('\n', stdout);
 }
 
+// set's value: VALUE, stdin for "-", or the file --file names, whole and
+// byte for byte.
+Bytes set_value(const Invocation& in) {
+  if (in.file.empty() && in.args[1] != "-") return Bytes(in.args[1].begin(), in.args[1].end());
+  std::FILE* f = in.file.empty() ? stdin : std::fopen(in.file.c_str(), "rb");
+  if (f == nullptr)
+    throw Error(ErrorCode::InvalidArgument, "--file " + in.file + ": " + std::strerror(errno));
+  Bytes value;
+  unsigned char buf[1 << 16];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) value.insert(value.end(), buf, buf + n);
+  const bool failed = std::ferror(f) != 0;
+  if (f != stdin) std::fclose(f);
+  if (failed) throw Error(ErrorCode::SystemError, std::string("cannot read the value from ") +
+                                                      (in.file.empty() ? "stdin" : in.file));
+  return value;
+}
+
 int run(const Command& c, Invocation& in) {
   in.store.token = required_token(in);
   if (c.serves()) return serve(in.store);
@@ -214,7 +242,7 @@ int run(const Command& c, Invocation& in) {
   if (name == "get") {
     print_bytes(store.get(a[0]));
   } else if (name == "set") {
-    store.set(a[0], std::string_view(a[1]));
+    store.set(a[0], set_value(in));
   } else if (name == "add") {
     std::printf("%lld\n", static_cast<long long>(store.add(a[0], in.delta)));
   } else if (name == "wait") {

@@ -102,7 +102,8 @@ int run(const train::CliOptions& o) {
 
   std::optional<train::Report> report;
   if (leader) {
-    report.emplace(options.epochs, o.metrics);
+    report.emplace(options.epochs, o.metrics,
+                   resumed ? std::optional<std::int64_t>(trainer.step()) : std::optional<std::int64_t>());
     std::printf("kizuna-train: %s, %zu training / %zu test samples (loaded in %.1f s); model %d-%s-%d (%zu parameters)\n",
                 tag.c_str(), data.train.size, data.test.size, load_s, data.train.features,
                 hidden_text(options.hidden).c_str(), data.train.outputs, trainer.model().num_parameters());

@@ -46,6 +46,9 @@ class TcpStoreServer {
 
   // Clients whose join has been counted (see TcpStoreOptions::world_size).
   std::int64_t num_joined() const;
+  // Joins refused (another world size than the store's; after one, every
+  // join is refused, so that every rank learns it).
+  std::int64_t num_join_refusals() const;
   // Open connections, and requests held waiting for keys or joins.
   std::int64_t num_connections() const;
   std::int64_t num_waiters() const;

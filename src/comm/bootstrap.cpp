@@ -11,6 +11,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "store/keys.hpp"
 #include "comm/p2p.hpp"
 #include "transport/tcp/congestion.hpp"
 #include "transport/tcp/tcp_connect.hpp"
@@ -55,6 +56,49 @@ std::chrono::milliseconds left(Clock::time_point deadline) {
 }
 
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// How long a wait for the peers' keys goes before looking for a failure
+// that another rank published: the start-up mistakes it reports (a rank
+// claimed twice, another world size) are known within this.
+constexpr std::chrono::milliseconds kFailureCheck{100};
+
+// A failure that ends every rank's start-up, published under `failed_key`:
+// the message every rank then throws.
+[[noreturn]] void publish_failure(Store& store, const std::string& failed_key, const std::string& message) {
+  store.set(failed_key, message);
+  throw Error(ErrorCode::Mismatch, message);
+}
+
+// store.multi_get(keys) until `deadline`, but ended at once by a failure any
+// rank publishes under `failed_key` (thrown here with its message). Waits
+// for one missing key at a time, a slice at a time, so that a long wait
+// costs the store one small request a slice.
+std::vector<Bytes> get_watching(Store& store, const std::vector<std::string>& keys, const std::string& failed_key,
+                                Clock::time_point deadline) {
+  const auto start = Clock::now();
+  for (std::size_t next = 0; next < keys.size();) {
+    try {
+      store.wait({keys[next]}, std::min(left(deadline), kFailureCheck));
+      ++next;
+      continue;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+    }
+    if (store.check({failed_key})) throw Error(ErrorCode::Mismatch, text(store.get(failed_key, left(deadline))));
+    if (Clock::now() >= deadline) {
+      std::vector<std::string> missing;
+      for (std::size_t k = next; k < keys.size() && missing.size() < 16; ++k)
+        if (!store.check({keys[k]})) missing.push_back(keys[k]);
+      throw Error(ErrorCode::Timeout,
+                  store::timeout_message(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start),
+                                         keys, missing, ""));
+    }
+  }
+  return store.multi_get(keys, left(deadline));
+}
+
+// This process, as errors name it.
+std::string whoami() { return hostname() + " (pid " + std::to_string(::getpid()) + ")"; }
 
 }  // namespace
 
@@ -179,17 +223,73 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
 
 }  // namespace
 
+namespace {
+
+Connected join_peers(Store& store, const std::string& name, int rank, int world_size,
+                     const BootstrapOptions& options, Clock::time_point deadline);
+
+}  // namespace
+
 Connected bootstrap(Store& store, const std::string& name, int rank, int world_size,
                     const BootstrapOptions& options, Clock::time_point deadline) {
+  try {
+    return join_peers(store, name, rank, world_size, options, deadline);
+  } catch (const Error& e) {
+    // A rank that cannot start (no port to listen on, shared memory refused)
+    // tells the others, which would otherwise wait for it until their
+    // deadline. A failure read from the store (Mismatch) is there already;
+    // a Timeout, every waiting rank reaches by itself.
+    if (e.code() != ErrorCode::Mismatch && e.code() != ErrorCode::Timeout) {
+      try {
+        const std::string failed_key = name + "/failed";
+        if (!store.check({failed_key}))
+          store.set(failed_key, "rank " + std::to_string(rank) + " of " + name + " (" + whoami() +
+                                    ") could not start: " + e.what());
+      } catch (const Error&) {
+      }
+    }
+    throw;
+  }
+}
+
+namespace {
+
+Connected join_peers(Store& store, const std::string& name, int rank, int world_size,
+                     const BootstrapOptions& options, Clock::time_point deadline) {
   const std::string& local_address = options.local_address;
   Connected out;
+  const std::string failed_key = name + "/failed";
+  // Each rank claims its number first: a second claimant (two processes
+  // given the same RANK) fails every rank at once, naming both, instead of
+  // leaving them to wait for the rank nobody took.
+  const std::string rank_text = std::to_string(rank);
+  const std::int64_t claims = store.add(name + "/claims/" + rank_text, 1);
+  store.set(name + "/claimant/" + rank_text + "/" + std::to_string(claims), whoami());
+  if (claims > 1) {
+    std::string first = "another process";
+    try {
+      first = text(store.get(name + "/claimant/" + rank_text + "/1", std::min(left(deadline), kFailureCheck * 20)));
+    } catch (const Error&) {
+    }
+    publish_failure(store, failed_key,
+                    "rank " + rank_text + " of " + name + " is claimed by two processes, " + first + " and " +
+                        whoami() + ": give each process its own RANK");
+  }
   const std::string id_key = name + "/comm_id";
+  const std::string world_key = name + "/world_size";
   if (rank == 0) {
     out.topology.comm_id = random_u64();
+    store.set(world_key, std::to_string(world_size));
     store.set(id_key, std::to_string(out.topology.comm_id));
   } else {
-    const std::string id = text(store.get(id_key, left(deadline)));
-    out.topology.comm_id = std::stoull(id);
+    const std::vector<Bytes> got = get_watching(store, {world_key, id_key}, failed_key, deadline);
+    const std::string theirs = text(got[0]);
+    if (theirs != std::to_string(world_size))
+      publish_failure(store, failed_key,
+                      "rank " + rank_text + " of " + name + " (" + whoami() + ") says world size " +
+                          std::to_string(world_size) + ", rank 0 says " + theirs +
+                          ": every rank must give the same WORLD_SIZE");
+    out.topology.comm_id = std::stoull(text(got[1]));
   }
 
   transport::TcpListener listener(local_address, options.tcp_congestion);
@@ -208,7 +308,7 @@ Connected bootstrap(Store& store, const std::string& name, int rank, int world_s
 
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back(name + "/peer/" + std::to_string(r));
-  const std::vector<Bytes> entries = store.multi_get(keys, left(deadline));
+  const std::vector<Bytes> entries = get_watching(store, keys, failed_key, deadline);
   for (int r = 0; r < world_size; ++r) out.topology.peers.push_back(decode_peer(text(entries[r]), r));
   Topology& t = out.topology;
   t.node_of.assign(world_size, -1);
@@ -242,5 +342,7 @@ Connected bootstrap(Store& store, const std::string& name, int rank, int world_s
                     << (out.shm ? out.local_ranks - 1 : 0) << " through shared memory";
   return out;
 }
+
+}  // namespace
 
 }  // namespace kizuna::comm

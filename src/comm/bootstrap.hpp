@@ -1,6 +1,11 @@
 // comm/bootstrap.hpp: from a store to connected links.
 //
-//   1. rank 0 draws a random communicator id and publishes it;
+//   0. every rank claims its number (a counter under "claims/R"): the second
+//      claimant of a rank publishes why under "failed", which every rank
+//      waiting in the steps below watches, so all fail at once naming both
+//      processes; so does a rank whose world size is not rank 0's;
+//   1. rank 0 draws a random communicator id and publishes it with its
+//      world size;
 //   2. every rank listens on port 0 of its chosen address (twice: the
 //      links, and point to point's own, comm/p2p.hpp) and publishes
 //      {hostname, boot id, pid, address, port, incarnation, p2p port};

@@ -5,7 +5,6 @@
 #include <kizuna/kizuna.h>
 #include <kizuna/tcp_store.hpp>
 
-#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,8 +17,30 @@
 // Each call takes its own reference, so a kzCommAbort or kzCommDestroy
 // from another thread (to unstick one blocked in a call, as NCCL users do)
 // lets go of the handle without freeing the communicator under that call.
+//
+// The handle is a shared_ptr under a mutex, not std::atomic<shared_ptr>:
+// libstdc++ 12 guards that one with a lock bit inside the control block
+// that ThreadSanitizer does not see, so `make test-tsan` reported a race
+// between a call's load() and kzCommAbort's exchange() that is none.
 struct kzComm {
-  std::atomic<std::shared_ptr<kizuna::Communicator>> comm;
+  class Handle {
+   public:
+    Handle(std::shared_ptr<kizuna::Communicator> c) : comm_(std::move(c)) {}
+    std::shared_ptr<kizuna::Communicator> load() const {
+      std::lock_guard lock(mutex_);
+      return comm_;
+    }
+    std::shared_ptr<kizuna::Communicator> exchange(std::shared_ptr<kizuna::Communicator> c) {
+      std::lock_guard lock(mutex_);
+      comm_.swap(c);
+      return c;
+    }
+
+   private:
+    mutable std::mutex mutex_;
+    std::shared_ptr<kizuna::Communicator> comm_;
+  };
+  Handle comm;
 };
 
 namespace {

@@ -26,6 +26,7 @@
 #include "comm/work_state.hpp"
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "transport/tcp/listen_port.hpp"
 
 namespace kizuna::comm {
 
@@ -76,15 +77,12 @@ std::pair<int, int> open_p2p_listener(const std::string& host) {
     KIZUNA_THROW(ErrorCode::InvalidArgument, "'", host, "' is not an IP address");
   const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) KIZUNA_THROW(ErrorCode::SystemError, "cannot open a socket for ", host, ": ", errno_text(errno));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-    const int e = errno;
+  try {
+    return {fd, transport::bind_listen(fd, addr, len, host)};  // the OS's port, or one of KIZUNA_PORT_RANGE
+  } catch (...) {
     ::close(fd);
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot listen on ", host, ":0: ", errno_text(e));
+    throw;
   }
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = addr.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
-                                             : ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return {fd, port};
 }
 
 using OpPtr = std::shared_ptr<P2pOp>;

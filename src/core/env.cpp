@@ -170,6 +170,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_CUDA_IPC",
       "KIZUNA_CUDA_STREAM_WAIT",
       "KIZUNA_CUDA_CHANNELS",
+      "KIZUNA_PORT_RANGE",
       "KIZUNA_CUDA_SLOT_BYTES",
   };
   return names;
@@ -278,6 +279,22 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_CUDA_IPC")) env.cuda_ipc = parse_bool("KIZUNA_CUDA_IPC", *v);
   if (auto v = lookup("KIZUNA_CUDA_STREAM_WAIT"))
     env.cuda_stream_wait = parse_bool("KIZUNA_CUDA_STREAM_WAIT", *v);
+  if (auto v = lookup("KIZUNA_PORT_RANGE")) {
+    const std::string value = trim_lower(*v);
+    const auto dash = value.find('-');
+    const auto bad = [&] {
+      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_PORT_RANGE='", *v,
+                   "' is not a port range; accepted: LOW-HIGH with 1 <= LOW <= HIGH <= 65535 (e.g. 40000-40999)");
+    };
+    if (dash == std::string::npos) bad();
+    try {
+      env.port_low = static_cast<int>(parse_int("KIZUNA_PORT_RANGE", value.substr(0, dash), 1, 65535));
+      env.port_high = static_cast<int>(parse_int("KIZUNA_PORT_RANGE", value.substr(dash + 1), 1, 65535));
+    } catch (const Error&) {
+      bad();
+    }
+    if (env.port_low > env.port_high) bad();
+  }
   if (auto v = lookup("KIZUNA_CUDA_CHANNELS"))
     env.cuda_channels = static_cast<int>(parse_int("KIZUNA_CUDA_CHANNELS", *v, 1, 16));
   if (auto v = lookup("KIZUNA_CUDA_SLOT_BYTES")) {

@@ -73,6 +73,8 @@ struct Env {
   // GPU to GPU FIFOs (cuda/ipc_world.hpp): channel sets (a block each) and
   // the bytes of a slot; 0: the defaults.
   int cuda_channels = 0;                               // KIZUNA_CUDA_CHANNELS
+  // The ports a rank may listen on (lo, hi); 0, 0: any the OS gives.
+  int port_low = 0, port_high = 0;                     // KIZUNA_PORT_RANGE
   std::uint64_t cuda_slot_bytes = 0;                   // KIZUNA_CUDA_SLOT_BYTES
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,

@@ -36,7 +36,7 @@ void ServerState::fail(Reply& reply, Status status, std::string message) const {
   if (reply.message.size() > wire::kMaxKeyBytes) reply.message.resize(wire::kMaxKeyBytes);
 }
 
-bool ServerState::execute(const Request& r, Reply& reply) {
+bool ServerState::execute(const Request& r, Reply& reply, std::string_view client) {
   reply = Reply{};
   reply.op = r.op;
   reply.id = r.id;
@@ -118,10 +118,27 @@ bool ServerState::execute(const Request& r, Reply& reply) {
 
     case Op::Join: {
       const int world = static_cast<int>(r.number);
+      if (join_failure_) {
+        fail(reply, Status::Mismatch, *join_failure_);
+        ++join_refusals_;
+        return true;
+      }
       if (world_size_ && *world_size_ != world) {
-        fail(reply, Status::Mismatch,
-             core::concat("this store expects world size ", *world_size_, ", the client says ",
-                          world));
+        join_failure_ = core::concat("the client at ", client.empty() ? std::string_view("?") : client,
+                                     " says world size ", world, ", this store expects ", *world_size_,
+                                     " (", joined_, " joined): every rank must give the same WORLD_SIZE");
+        fail(reply, Status::Mismatch, *join_failure_);
+        ++join_refusals_;
+        // Everyone held learns it now, not at their deadline.
+        std::vector<Waiter*> waiting = std::move(joins_);
+        joins_.clear();
+        for (Waiter* w : waiting) {
+          w->held_ = false;
+          --num_waiters_;
+          --joined_;
+          ++join_refusals_;
+          w->ready();
+        }
         return true;
       }
       if (!world_size_) world_size_ = world;
@@ -186,7 +203,10 @@ void ServerState::answer(const Request& r, Reply& reply) const {
       for (const auto& k : r.keys) reply.values.push_back(data_.at(k));
       break;
     }
-    case Op::Join: reply.number = joined_; break;
+    case Op::Join:
+      if (join_failure_) fail(reply, Status::Mismatch, *join_failure_);
+      else reply.number = joined_;
+      break;
     default: break;
   }
 }

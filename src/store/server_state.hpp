@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -51,8 +52,12 @@ class ServerState {
 
   // Executes `request` into `reply` (its op and id filled in). Returns false
   // when the request must wait; `reply` is then untouched and the caller
-  // holds it.
-  bool execute(const wire::Request& request, wire::Reply& reply);
+  // holds it. `client` names the sender in errors ("127.0.0.1:5555").
+  //
+  // A join that announces another world size than the store's is refused,
+  // and so is every join held or still to come: each rank learns at once,
+  // naming the client and both sizes, rather than at its deadline.
+  bool execute(const wire::Request& request, wire::Reply& reply, std::string_view client = {});
 
   // The answer to a waiting request that is ready (no side effects).
   void answer(const wire::Request& request, wire::Reply& reply) const;
@@ -68,6 +73,8 @@ class ServerState {
   std::int64_t num_keys() const { return static_cast<std::int64_t>(data_.size()); }
   std::int64_t num_waiters() const { return num_waiters_; }
   std::int64_t num_joined() const { return joined_; }
+  // Joins answered with a refusal (see execute()).
+  std::int64_t num_join_refusals() const { return join_refusals_; }
 
  private:
   bool all_present(const std::vector<std::string>& keys) const;
@@ -81,6 +88,8 @@ class ServerState {
   wire::Limits limits_;
   std::optional<int> world_size_;
   std::int64_t joined_ = 0;
+  std::optional<std::string> join_failure_;  // why joins are refused, once one was
+  std::int64_t join_refusals_ = 0;
   std::unordered_map<std::string, wire::Bytes> data_;
   std::unordered_map<std::string, std::vector<Waiter*>> by_key_;
   std::vector<Waiter*> joins_;

@@ -60,14 +60,27 @@ bool is_any_address(const std::string& host) {
   return host.empty() || host == "*" || host == "0.0.0.0" || host == "::" || host == "[::]";
 }
 
+// How long a client waits for a server's greeting after connecting.
+constexpr std::chrono::milliseconds kHelloPatience{5'000};
+
+// How long a process that hosts the store keeps it after a refused join,
+// for the ranks still to come to be refused too.
+constexpr std::chrono::milliseconds kRefusalLinger{10'000};
+
+// Above this, a request's lost connection may be the server refusing its
+// size.
+constexpr std::uint64_t kLargeRequestBytes = 64 << 10;
+
 // Errors worth another connection attempt: the server is not up yet, or
-// is busy accepting, or the network is still coming up.
+// is busy accepting, or the network is still coming up. A name that does
+// not resolve (host_not_found: the name server says it does not exist) is
+// final at once; a name server that did not answer (try_again) is not.
 bool retryable(const asio::error_code& ec) {
   return ec == asio::error::connection_refused || ec == asio::error::connection_reset ||
          ec == asio::error::connection_aborted || ec == asio::error::eof ||
          ec == asio::error::timed_out || ec == asio::error::host_unreachable ||
-         ec == asio::error::network_unreachable || ec == asio::error::host_not_found ||
-         ec == asio::error::host_not_found_try_again || ec == asio::error::try_again;
+         ec == asio::error::network_unreachable || ec == asio::error::host_not_found_try_again ||
+         ec == asio::error::try_again;
 }
 
 }  // namespace
@@ -226,8 +239,8 @@ bool TcpStore::Impl::try_connect(Clock::time_point deadline, asio::error_code& e
       resolver.resolve(connect_host, std::to_string(port), tcp::resolver::numeric_service, ec);
   if (ec) {
     if (retryable(ec)) return false;
-    KIZUNA_THROW(ErrorCode::SystemError, "cannot resolve store host '", connect_host,
-                 "': ", ec.message());
+    KIZUNA_THROW(ErrorCode::SystemError, "cannot resolve store host '", connect_host, "': ", ec.message(),
+                 " (check MASTER_ADDR, KIZUNA_STORE or the store URL)");
   }
 
   bool connected = false;
@@ -249,9 +262,17 @@ bool TcpStore::Impl::try_connect(Clock::time_point deadline, asio::error_code& e
 
   // The server speaks first. A connection it drops before its hello (a full
   // accept queue, a restart) is worth another try; anything after is final.
-  switch (exchange(false, deadline)) {
+  // A kizuna server greets at once: one silent for kHelloPatience is
+  // something else listening there, and that is final too.
+  const auto patience = std::min(deadline, Clock::now() + kHelloPatience);
+  switch (exchange(false, patience)) {
     case Outcome::Frame: break;
-    case Outcome::Deadline: ec = asio::error::timed_out; return false;
+    case Outcome::Deadline:
+      if (patience < deadline)
+        KIZUNA_THROW(ErrorCode::SystemError, "store at ", address, " accepted the connection but sent no greeting in ",
+                     kHelloPatience.count(), " ms: is another program listening on that port? (is it a kizuna store?)");
+      ec = asio::error::timed_out;
+      return false;
     case Outcome::IoError:
       ec = read_ec;
       if (retryable(ec)) return false;
@@ -324,7 +345,19 @@ void TcpStore::Impl::join() {
   request.number = *options.world_size;
   request.timeout_ms = timeout_field(timeout);
   std::lock_guard lock(mutex);
-  call(request, timeout + kReplyGrace);
+  try {
+    call(request, timeout + kReplyGrace);
+  } catch (const Error& e) {
+    // A refused join (another world size) refuses every later one; the
+    // process that hosts the store keeps it a while, so that ranks still
+    // starting learn why instead of finding no store at all.
+    if (server && e.code() == ErrorCode::Mismatch) {
+      const auto until = Clock::now() + std::min(timeout, kRefusalLinger);
+      while (server->num_join_refusals() < *options.world_size && Clock::now() < until)
+        std::this_thread::sleep_for(milliseconds(10));
+    }
+    throw;
+  }
 }
 
 // ---- one exchange ------------------------------------------------------------
@@ -426,6 +459,16 @@ wire::Reply TcpStore::Impl::call(wire::Request& request, milliseconds reply_time
       const bool closed = read_ec == asio::error::eof || read_ec == asio::error::connection_reset ||
                           read_ec == asio::error::broken_pipe ||
                           read_ec == asio::error::connection_aborted;
+      // A server closes the connection on a frame over its limit (kizuna-store
+      // serve --max-value-bytes may be below this client's): say so for a
+      // large request rather than only suspect the server's exit.
+      const std::uint64_t sent = out.size() - wire::kHeaderBytes;
+      if (closed && sent > kLargeRequestBytes)
+        fail(ErrorCode::PeerLost,
+             core::concat("lost the connection to store at ", address, " during ", describe(request), " (",
+                          sent, " bytes): ", read_ec.message(),
+                          " (the server closes the connection on a value over its limit, kizuna-store serve "
+                          "--max-value-bytes, 64 MiB by default; or it exited)"));
       if (closed)
         fail(ErrorCode::PeerLost,
              core::concat("lost the connection to store at ", address, " during ",

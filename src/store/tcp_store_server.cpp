@@ -96,6 +96,7 @@ struct Server {
   int port = 0;
   std::string address;
   std::atomic<std::int64_t> joined{0};
+  std::atomic<std::int64_t> join_refusals{0};
   std::atomic<std::int64_t> open_connections{0};
   std::atomic<std::int64_t> waiters{0};
   std::atomic<std::int64_t> last_request_ns{0};  // steady clock
@@ -306,7 +307,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private stor
       return;
     }
     try {
-      if (server_.state.execute(request_, reply_)) {
+      if (server_.state.execute(request_, reply_, peer_)) {
         server_.publish();  // before the reply: a client that reads a counter sees it current
         send(reply_);
         return;
@@ -565,6 +566,7 @@ void Server::remove(const std::shared_ptr<Connection>& connection) {
 void Server::publish() {
   open_connections.store(static_cast<std::int64_t>(connections.size()), std::memory_order_relaxed);
   waiters.store(state.num_waiters(), std::memory_order_relaxed);
+  join_refusals.store(state.num_join_refusals(), std::memory_order_relaxed);
   const std::int64_t now_joined = state.num_joined();
   if (joined.load(std::memory_order_relaxed) != now_joined) {
     {
@@ -599,6 +601,7 @@ TcpStoreServer::~TcpStoreServer() = default;
 int TcpStoreServer::port() const { return impl_->server.port; }
 std::string TcpStoreServer::address() const { return impl_->server.address; }
 std::int64_t TcpStoreServer::num_joined() const { return impl_->server.joined.load(); }
+std::int64_t TcpStoreServer::num_join_refusals() const { return impl_->server.join_refusals.load(); }
 std::int64_t TcpStoreServer::num_connections() const {
   return impl_->server.open_connections.load();
 }

@@ -126,7 +126,7 @@ TEST_CASE("kizuna-run --help documents every flag with its default, and bad flag
   REQUIRE(help.exit_code == 0);
   CHECK(contains(help.output, "usage: kizuna-run"));
   for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                           "--max-restarts", "--log-dir", "--tee", "--timeout", "--bind"}) {
+                           "--max-restarts", "--port-range", "--log-dir", "--tee", "--timeout", "--bind"}) {
     CAPTURE(flag);
     // The flag's paragraph: from its line to the next flag's.
     const auto at = help.output.find(std::string("\n  ") + flag + " ");
@@ -184,6 +184,36 @@ TEST_CASE("a program that cannot run is an error before any worker starts", "[la
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(contains(r.output, "cannot start rank 0: execve(" + junk + ") failed: Exec format error"));
+}
+
+TEST_CASE("a --master-addr that does not resolve is refused before any worker starts", "[launcher]") {
+  TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  const JobResult r = run_launcher({"--master-addr", "no-such-host.invalid", "--", kLaunchee, "env", dir.path()}, 30s);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.output, "--master-addr 'no-such-host.invalid' does not resolve"));
+  CHECK(read_pid_files(dir.path()).empty());
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
+TEST_CASE("kizuna-run --port-range gives every worker KIZUNA_PORT_RANGE, and a bad range is a usage error",
+          "[launcher]") {
+  TempDir dir;
+  const JobResult r = run_launcher({"--nproc-per-node", "2", "--port-range", "40000-40099", "--", kLaunchee, "env",
+                                    dir.path()},
+                                   60s, {{"KIZUNA_PORT_RANGE", "1-2"}});
+  INFO(r.output);
+  REQUIRE(r.ok());
+  CHECK(contains(r.output, "[0] ENV KIZUNA_PORT_RANGE=40000-40099"));
+  CHECK(contains(r.output, "[1] ENV KIZUNA_PORT_RANGE=40000-40099"));
+  CHECK_FALSE(contains(r.output, "KIZUNA_PORT_RANGE=1-2"));
+  for (const char* bad : {"40099-40000", "40000", "0-10", "a-b"}) {
+    const JobResult u = run_launcher({"--port-range", bad, "--", kLaunchee, "env", dir.path()}, 30s);
+    INFO(u.output);
+    CHECK(u.exit_code == 2);
+    CHECK(contains(u.output, "--port-range"));
+  }
 }
 
 TEST_CASE("1, 2 and 4 local workers pass the all-reduce check", "[launcher]") {

@@ -9,10 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "processes.hpp"
 
@@ -114,7 +116,81 @@ TEST_CASE("two ranks learn Fashion-MNIST well above chance in one epoch", "[mult
     REQUIRE(second[0].ok());
     CHECK_THAT(second[0].output, Catch::Contains("resumed from") && Catch::Contains("nothing to do"));
     CHECK(number_after(second[0].output, "final test accuracy") == accuracy);
+    // The metrics are the first run's, kept.
+    std::ifstream kept(metrics);
+    int kept_rows = -1;  // less the header
+    while (std::getline(kept, line)) ++kept_rows;
+    CHECK(kept_rows == rows);
   }
+}
+
+TEST_CASE("kizuna-train --resume appends to its metrics, and refuses another run's file", "[multiproc][train]") {
+  TempDir dir;
+  const std::string metrics = (dir.path / "metrics.csv").string();
+  const std::string checkpoint = (dir.path / "run.ckpt").string();
+  // Epochs of a second or so, so that the run can be killed after the
+  // first checkpoint and before its end.
+  const std::vector<std::string> args{"--data", "random", "--random-samples", "2000000", "--hidden", "16",
+                                      "--batch-size", "256", "--epochs", "3", "--metrics", metrics,
+                                      "--checkpoint", checkpoint, "--resume", "--measure-overlap", "0"};
+  auto steps_in = [&] {
+    std::ifstream csv(metrics);
+    std::string line;
+    std::getline(csv, line);
+    std::vector<long long> steps;
+    while (std::getline(csv, line))
+      if (!line.empty()) steps.push_back(std::stoll(line.substr(0, line.find(','))));
+    return steps;
+  };
+  {
+    ProcessGroup group;
+    const std::string port = std::to_string(free_port());
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> argv{kTrain};
+      argv.insert(argv.end(), args.begin(), args.end());
+      group.start(argv, {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
+                         {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+    }
+    const auto give_up = std::chrono::steady_clock::now() + 120s;
+    while (!fs::exists(checkpoint) && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(fs::exists(checkpoint));
+    group.kill(0, SIGKILL);
+    group.kill(1, SIGKILL);
+    const auto killed = group.wait(30s);
+    INFO(describe(killed));
+    if (killed[0].ok()) {
+      WARN("the run finished before it could be killed: nothing to resume");
+      return;
+    }
+  }
+  const auto before = steps_in();
+  REQUIRE_FALSE(before.empty());
+  const auto resumed = run_ranks(2, args);
+  INFO(describe(resumed));
+  REQUIRE(resumed[0].ok());
+  CHECK_THAT(resumed[0].output, Catch::Contains("resumed from"));
+  const long long from = static_cast<long long>(number_after(resumed[0].output, R"(\(step)"));
+  const auto after = steps_in();
+  // The first run's rows up to the checkpoint, then the resumed run's: one
+  // history, in order, none of the killed run's later rows left.
+  REQUIRE(after.size() > 2);
+  std::size_t kept = 0;
+  while (kept < before.size() && before[kept] <= from) ++kept;
+  REQUIRE(kept > 0);
+  CHECK(std::equal(before.begin(), before.begin() + static_cast<std::ptrdiff_t>(kept), after.begin()));
+  CHECK(std::is_sorted(after.begin(), after.end()));
+  CHECK(after.back() > before.back());
+  // A file that is not this run's metrics is refused, and left as it was.
+  { std::ofstream other(metrics); other << "time,value\n1,2\n"; }
+  const auto third = run_ranks(2, args);
+  INFO(describe(third));
+  CHECK_FALSE(third[0].ok());
+  CHECK_THAT(third[0].output, Catch::Contains("is not a kizuna-train metrics file"));
+  std::ifstream left(metrics);
+  std::string first_line;
+  std::getline(left, first_line);
+  CHECK(first_line == "time,value");
 }
 
 TEST_CASE("kizuna-train on the random regression set with bf16 and compression", "[multiproc][train]") {

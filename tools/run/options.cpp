@@ -2,7 +2,9 @@
 #include "options.hpp"
 
 #include <dirent.h>
+#include <netdb.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,6 +83,18 @@ void declare(CLI::App& app, RunOptions& o) {
                    "picks with one node; 29500 with several); workers' MASTER_PORT\n"
                    "is another one",
                    [&o](const std::string& v) { o.master_port = to_int("--master-port", v, 0, 65535); });
+  tools::add_value(app, "--port-range,--port_range", "LO-HI",
+                   "the ports every worker listens on for its peers, for firewalls\n"
+                   "that open only a range: sets KIZUNA_PORT_RANGE (each worker\n"
+                   "takes 2; default: any port the OS gives)",
+                   [&o](const std::string& v) {
+                     const auto dash = v.find('-');
+                     const int lo = dash == std::string::npos ? 0 : to_int("--port-range", v.substr(0, dash), 1, 65535);
+                     const int hi = dash == std::string::npos ? 0 : to_int("--port-range", v.substr(dash + 1), 1, 65535);
+                     if (dash == std::string::npos || lo > hi)
+                       throw UsageError("--port-range '" + v + "' is not LO-HI with 1 <= LO <= HI <= 65535");
+                     o.port_range = std::to_string(lo) + "-" + std::to_string(hi);
+                   });
   tools::add_value(app, "--max-restarts,--max_restarts", "R",
                    "after a worker fails, restart this node's workers up to R\n"
                    "times; each round rendezvouses afresh (default 0)",
@@ -221,6 +235,18 @@ RunOptions parse_options(int argc, char** argv) {
     throw UsageError("--bind core: " + std::to_string(o.nproc_per_node) + " workers but only " +
                      std::to_string(cpus) + " CPUs to bind them to (--bind none lets them share)");
   if (o.program.empty()) throw UsageError("no program to run");
+  // A name that does not resolve fails here (the last check: it may ask a name
+  // server), before any worker starts,
+  // rather than as every worker's store timeout.
+  if (!o.master_addr.empty()) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int error = ::getaddrinfo(o.master_addr.c_str(), nullptr, &hints, &found);
+    if (found) ::freeaddrinfo(found);
+    if (error != 0 && error != EAI_AGAIN)
+      throw UsageError("--master-addr '" + o.master_addr + "' does not resolve: " + ::gai_strerror(error));
+  }
   return o;
 }
 

@@ -28,6 +28,7 @@ struct RunOptions {
   std::string master_addr;  // "" when not given: 127.0.0.1 on one node
   int master_port = -1;     // -1 when not given: a free port (one node) or 29500
   int max_restarts = 0;
+  std::string port_range;   // --port-range LO-HI: the workers' KIZUNA_PORT_RANGE ("" keeps the environment's)
   std::string log_dir;      // "" = console only
   bool tee = false;
   std::chrono::milliseconds timeout = kDefaultTimeout;

@@ -132,8 +132,9 @@ Rendezvous::Rendezvous(const RunOptions& options, Idle idle) : options_(options)
   if (!multi_node()) return;
 
   // Connect in short attempts, so that a signal stops the wait for node 0.
-  const auto deadline = Clock::now() + options_.timeout;
-  for (;;) {
+  const auto started = Clock::now();
+  const auto deadline = started + options_.timeout;
+  for (int tries = 1;; ++tries) {
     TcpStoreOptions c;
     c.host = options_.node_rank == 0 ? "127.0.0.1" : options_.master_addr;
     c.port = port_;
@@ -143,9 +144,13 @@ Rendezvous::Rendezvous(const RunOptions& options, Idle idle) : options_(options)
       client_ = std::make_unique<TcpStore>(c);
       break;
     } catch (const Error& e) {
-      if (e.code() != ErrorCode::Timeout || Clock::now() >= deadline)
+      if (e.code() != ErrorCode::Timeout || Clock::now() >= deadline) {
+        const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - started);
         throw Error(e.code(), "node " + std::to_string(options_.node_rank) + " cannot reach node 0's store at " +
-                                  store_address() + " within " + seconds(options_.timeout) + ": " + e.what());
+                                  store_address() + ": tried for " + seconds(waited) + " (" + std::to_string(tries) +
+                                  (tries == 1 ? " try" : " tries") + "; --timeout " + seconds(options_.timeout) +
+                                  "), the last: " + e.what());
+      }
       idle_(kPollInterval);
     }
   }

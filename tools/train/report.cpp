@@ -5,8 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -15,6 +17,7 @@ namespace kizuna::train {
 namespace {
 
 constexpr auto kPlainInterval = std::chrono::seconds(10);
+constexpr const char* kHeader = "step,epoch,train_loss,test_loss,test_accuracy,samples_per_s,comm_wait_s,lr";
 
 std::string duration(double s) {
   if (!std::isfinite(s) || s < 0) s = 0;
@@ -29,14 +32,60 @@ std::string duration(double s) {
 
 }  // namespace
 
-Report::Report(int epochs, const std::string& metrics_path)
+Report::Report(int epochs, const std::string& metrics_path, std::optional<std::int64_t> resumed_step)
     : epochs_(epochs), tty_(::isatty(STDERR_FILENO) == 1) {
-  if (!metrics_path.empty()) {
-    csv_ = std::fopen(metrics_path.c_str(), "w");
-    if (!csv_)
-      throw Error(ErrorCode::SystemError, "cannot write --metrics " + metrics_path + ": " + std::strerror(errno));
-    std::fprintf(csv_, "step,epoch,train_loss,test_loss,test_accuracy,samples_per_s,comm_wait_s,lr\n");
+  if (metrics_path.empty()) return;
+  std::string kept;  // the earlier rows a resumed run keeps
+  if (resumed_step) {
+    if (std::FILE* old = std::fopen(metrics_path.c_str(), "r")) {
+      kept = history(old, metrics_path, *resumed_step);
+      std::fclose(old);
+    }
   }
+  csv_ = std::fopen(metrics_path.c_str(), "w");
+  if (!csv_)
+    throw Error(ErrorCode::SystemError, "cannot write --metrics " + metrics_path + ": " + std::strerror(errno));
+  std::fprintf(csv_, "%s\n%s", kHeader, kept.c_str());
+  std::fflush(csv_);
+}
+
+std::string Report::history(std::FILE* old, const std::string& path, std::int64_t resumed_step) {
+  std::string text;
+  char buf[1 << 16];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, old)) > 0;) text.append(buf, n);
+  const std::size_t header_end = text.find('\n');
+  if (text.compare(0, header_end, kHeader) != 0)
+    throw Error(ErrorCode::InvalidArgument, "--metrics " + path + " is not a kizuna-train metrics file (its first "
+                                            "line is not '" + kHeader + "'): give another file to resume into");
+  std::string kept;
+  std::int64_t last = -1;
+  for (std::size_t at = header_end + 1; at < text.size();) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();  // a row cut short by the crash: dropped below if partial
+    const std::string row = text.substr(at, end - at);
+    at = end + 1;
+    long long step = -1;
+    double epoch = 0, a = NAN, b = NAN;
+    char sep[4];
+    if (std::sscanf(row.c_str(), "%lld,%lf%1[,]", &step, &epoch, sep) != 3 || end == text.size()) continue;
+    last = std::max<std::int64_t>(last, step);
+    if (step > resumed_step) continue;
+    kept += row + "\n";
+    // train rows: step,epoch,loss,,,...; test rows: step,epoch,,loss,accuracy,,,
+    const std::size_t c2 = row.find(',', row.find(',') + 1);
+    const std::size_t c3 = row.find(',', c2 + 1);
+    const std::size_t c4 = row.find(',', c3 + 1);
+    if (c3 > c2 + 1 && std::sscanf(row.c_str() + c2 + 1, "%lf", &a) == 1) train_loss_.push_back({step, a});
+    if (c4 > c3 + 1 && std::sscanf(row.c_str() + c3 + 1, "%lf", &b) == 1) test_loss_.push_back({step, b});
+    const std::size_t c5 = row.find(',', c4 + 1);
+    double acc = NAN;
+    if (c5 > c4 + 1 && std::sscanf(row.c_str() + c4 + 1, "%lf", &acc) == 1) accuracy_.push_back({step, acc});
+  }
+  if (last < resumed_step)
+    throw Error(ErrorCode::InvalidArgument,
+                "--metrics " + path + " ends at step " + std::to_string(last) + ", before the checkpoint's step " +
+                    std::to_string(resumed_step) + ": it is another run's; give another file to resume into");
+  return kept;
 }
 
 Report::~Report() {
@@ -112,7 +161,9 @@ std::string Report::plot(const std::string& png_path, const std::string& title) 
   script += "set terminal pngcairo size 1000,600 noenhanced\n";
   script += "set output '" + png_path + "'\n";
   script += "set title '" + title + "'\nset key outside bottom center horizontal\nset grid\n";
-  script += "set xlabel 'step'\nset ylabel 'loss'\nset y2label 'test accuracy'\nset y2tics\nset ytics nomirror\n";
+  script += "set xlabel 'step'\nset ylabel 'loss'\n";
+  // A y2 axis only for an accuracy to draw on it (else gnuplot warns "empty y2 range").
+  if (!accuracy_.empty()) script += "set y2label 'test accuracy'\nset y2tics\nset ytics nomirror\n";
   auto block = [&](const char* name, const std::vector<Point>& pts) {
     script += std::string("$") + name + " << EOD\n";
     for (const Point& p : pts) script += std::to_string(p.step) + " " + std::to_string(p.value) + "\n";
@@ -125,18 +176,41 @@ std::string Report::plot(const std::string& png_path, const std::string& title) 
   if (!accuracy_.empty()) script += ", $acc axes x1y2 with linespoints lw 2 title 'test accuracy'";
   script += "\n";
   // pngcairo is in gnuplot-nox; fall back to the plain png terminal.
+  // gnuplot's own messages go to a file, shown only when it fails: the
+  // console is the trainer's.
+  char said_path[] = "/tmp/kizuna-gnuplot.XXXXXX";
+  const int said_fd = ::mkstemp(said_path);
+  if (said_fd < 0) return std::string("cannot run gnuplot: ") + std::strerror(errno);
+  ::close(said_fd);
+  const std::string command = std::string("gnuplot >'") + said_path + "' 2>&1";
+  std::string said;
   for (const char* terminal : {"pngcairo", "png"}) {
     std::string s = script;
     if (std::string(terminal) == "png") s.replace(0, s.find('\n'), "set terminal png size 1000,600");
-    std::FILE* p = ::popen("gnuplot 2>&1", "w");
-    if (!p) return std::string("cannot run gnuplot: ") + std::strerror(errno);
+    std::FILE* p = ::popen(command.c_str(), "w");
+    if (!p) {
+      ::unlink(said_path);
+      return std::string("cannot run gnuplot: ") + std::strerror(errno);
+    }
     std::fwrite(s.data(), 1, s.size(), p);
     const int status = ::pclose(p);
-    if (status == 0) return "";
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    if (status == 0) {
+      ::unlink(said_path);
+      return "";
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+      ::unlink(said_path);
       return "gnuplot is not installed (Debian package gnuplot-nox)";
+    }
+    if (std::FILE* f = std::fopen(said_path, "r")) {
+      char buf[4096];
+      said.assign(buf, std::fread(buf, 1, sizeof buf, f));
+      std::fclose(f);
+    }
   }
-  return "gnuplot failed to draw " + png_path;
+  ::unlink(said_path);
+  while (!said.empty() && said.back() == '\n') said.pop_back();
+  return "gnuplot failed to draw " + png_path + (said.empty() ? "" : ": " + said);
 }
 
 }  // namespace kizuna::train

@@ -11,13 +11,22 @@
 // (a train row leaves the test columns empty and vice versa; epoch is
 // fractional, comm_wait_s is the time rank 0 waited for the all-reduce
 // since the previous row). plot() draws loss and accuracy against the step
-// with gnuplot (pngcairo, else png).
+// with gnuplot (pngcairo, else png), its own messages kept off the console
+// unless it fails.
+//
+// Resuming (`resumed_step` set): the CSV that is there is this run's
+// history. Its rows up to the checkpoint's step are kept (and plotted), the
+// later ones (work the checkpoint lost, done again now) dropped, and the new
+// rows appended. A file with another header, or one that ends before the
+// checkpoint's step, is another run's: an error, and it is left as it was.
 //
 // Only rank 0 makes a Report. Not thread-safe.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +36,7 @@ namespace kizuna::train {
 
 class Report {
  public:
-  Report(int epochs, const std::string& metrics_path);
+  Report(int epochs, const std::string& metrics_path, std::optional<std::int64_t> resumed_step = std::nullopt);
   ~Report();
 
   void on_step(const mlp::StepReport& r);
@@ -47,6 +56,10 @@ class Report {
   int epochs_;
   bool tty_;
   bool bar_open_ = false;
+  // The rows of `old` up to `resumed_step`, as text, also loaded into the
+  // plot's series; throws InvalidArgument for another run's file.
+  std::string history(std::FILE* old, const std::string& path, std::int64_t resumed_step);
+
   std::FILE* csv_ = nullptr;
   std::chrono::steady_clock::time_point last_line_{};
   std::vector<Point> train_loss_, test_loss_, accuracy_;

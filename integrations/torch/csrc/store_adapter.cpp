@@ -79,14 +79,17 @@ void C10dStoreAdapter::wait(const std::vector<std::string>& keys, std::chrono::m
     store_->wait(keys, bounded);
     return;
   } catch (...) {
-    // Tell a deadline from a broken store: are the keys still missing?
+    // Tell a deadline from a broken store: are the keys still missing? Keys
+    // that came just after the deadline are a wait that succeeded (kizuna
+    // waits in short slices while it watches for a failure, so this race is
+    // common), not a broken store.
     bool present = false;
     try {
       present = store_->check(keys);
     } catch (...) {
       rethrow_as_kizuna("wait", keys.front());
     }
-    if (present) rethrow_as_kizuna("wait", keys.front());
+    if (present) return;
   }
   throw Error(ErrorCode::Timeout, "timed out after " + std::to_string(bounded.count()) +
                                       " ms waiting for store key(s) " + join(keys));

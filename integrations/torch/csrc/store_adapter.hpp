@@ -16,9 +16,9 @@
 // Deadlines: c10d's get() waits for the c10d store's own timeout, so every
 // waiting call first waits with kizuna's timeout (at least 1 ms: c10d reads a
 // zero timeout as "forever"). A wait that fails while a key is still missing
-// is kizuna::Error(Timeout) naming the keys and the timeout; any other c10d
-// failure (a lost store connection) is kizuna::Error(SystemError) carrying
-// c10d's message. kizuna code, which reacts to error codes, thus sees the
+// is kizuna::Error(Timeout) naming the keys and the timeout (one whose keys
+// are there by the time it looks succeeds); any other c10d failure (a lost
+// store connection) is kizuna::Error(SystemError) carrying c10d's message. kizuna code, which reacts to error codes, thus sees the
 // same errors from this store as from its own TcpStore.
 //
 // Ownership and threading: holds a reference to the c10d store for as long as

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "core/close_on_exec.hpp"
 #include "core/log.hpp"
 #include "transport/tcp/congestion.hpp"
+#include "transport/tcp/listen_port.hpp"
 
 namespace kizuna::transport {
 
@@ -37,12 +39,13 @@ TcpListener::TcpListener(const std::string& host, const std::string& congestion)
   impl_->acceptor.open(endpoint.protocol(), ec);
   if (!ec) core::close_on_exec(impl_->acceptor.native_handle());
   if (!ec) impl_->congestion.prepare_listener(impl_->acceptor.native_handle());
-  if (!ec) impl_->acceptor.bind(endpoint, ec);
-  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
     KIZUNA_THROW(ErrorCode::SystemError, "cannot listen on ", host, ":0: ", ec.message());
+  // The port: the OS's choice, or one of KIZUNA_PORT_RANGE.
+  sockaddr_storage addr{};
+  std::memcpy(&addr, endpoint.data(), endpoint.size());
+  impl_->port = bind_listen(impl_->acceptor.native_handle(), addr, static_cast<socklen_t>(endpoint.size()), host);
   impl_->host = host;
-  impl_->port = impl_->acceptor.local_endpoint().port();
 }
 
 TcpListener::~TcpListener() = default;

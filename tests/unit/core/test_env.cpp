@@ -182,6 +182,16 @@ TEST_CASE("KIZUNA_CUDA_CHANNELS and KIZUNA_CUDA_SLOT_BYTES shape the GPU FIFOs, 
   CHECK(error_of({{"KIZUNA_CUDA_SLOT_BYTES", "5000"}}).find("a multiple of 256") != std::string::npos);
 }
 
+TEST_CASE("KIZUNA_PORT_RANGE is LOW-HIGH within 1..65535", "[env]") {
+  CHECK(parse({}).port_low == 0);
+  const Env e = parse({{"KIZUNA_PORT_RANGE", "40000-40999"}});
+  CHECK(e.port_low == 40000);
+  CHECK(e.port_high == 40999);
+  CHECK(parse({{"KIZUNA_PORT_RANGE", "5000-5000"}}).port_high == 5000);
+  for (const char* bad : {"40999-40000", "40000", "0-10", "1-65536", "a-b", "-"})
+    CHECK(error_of({{"KIZUNA_PORT_RANGE", bad}}).find("LOW-HIGH with 1 <= LOW <= HIGH <= 65535") != std::string::npos);
+}
+
 TEST_CASE("KIZUNA_STAGED_FROM and KIZUNA_STAGING_BYTES", "[env]") {
   CHECK(parse({}).staged_from == -1);
   CHECK(parse({{"KIZUNA_STAGED_FROM", "Auto"}}).staged_from == -1);

@@ -88,6 +88,36 @@ TEST_CASE("joins complete together at the world size, and a released join is unc
   CHECK(reply.status == wire::Status::Mismatch);
 }
 
+TEST_CASE("a join with another world size is refused, and so is every join held and to come, naming the client",
+          "[server_state]") {
+  ServerState state(wire::Limits{}, 2);
+  wire::Reply reply;
+  auto join = request(Op::Join);
+  join.number = 2;
+  TestWaiter rank0;
+  REQUIRE_FALSE(state.execute(join, reply, "10.0.0.1:4000"));
+  state.hold(rank0, join);
+  auto wrong = join;
+  wrong.number = 3;
+  REQUIRE(state.execute(wrong, reply, "10.0.0.2:5000"));
+  CHECK(reply.status == wire::Status::Mismatch);
+  CHECK(reply.message.find("the client at 10.0.0.2:5000 says world size 3, this store expects 2") !=
+        std::string::npos);
+  // The held join is answered at once, with the same cause.
+  CHECK(rank0.woken == 1);
+  CHECK_FALSE(rank0.held());
+  state.answer(join, reply);
+  CHECK(reply.status == wire::Status::Mismatch);
+  CHECK(reply.message.find("10.0.0.2:5000 says world size 3") != std::string::npos);
+  CHECK(state.num_joined() == 0);
+  CHECK(state.num_waiters() == 0);
+  // A later join, even a right one, learns it too.
+  REQUIRE(state.execute(join, reply, "10.0.0.3:6000"));
+  CHECK(reply.status == wire::Status::Mismatch);
+  CHECK(reply.message.find("10.0.0.2:5000") != std::string::npos);
+  CHECK(state.num_join_refusals() == 3);  // the wrong one, the held one, the late one
+}
+
 TEST_CASE("list_keys, append limits and counters", "[server_state]") {
   wire::Limits limits;
   limits.max_value_bytes = 4;

@@ -248,7 +248,7 @@ TEST_CASE("world_size: clients return once all have joined", "[tcp_store]") {
   wrong.world_size = 5;
   std::string message;
   CHECK(code_of([&] { TcpStore s(wrong); }, &message) == ErrorCode::Mismatch);
-  CHECK_THAT(message, Catch::Contains("expects world size 3"));
+  CHECK_THAT(message, Catch::Contains("says world size 5, this store expects 3"));
 }
 
 TEST_CASE("world_size: a join short of the world times out naming the count", "[tcp_store]") {
