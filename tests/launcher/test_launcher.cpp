@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "job.hpp"
+#include "name_lookup.hpp"
 
 using namespace kizuna::test;
 using namespace std::chrono_literals;
@@ -187,6 +188,10 @@ TEST_CASE("a program that cannot run is an error before any worker starts", "[la
 }
 
 TEST_CASE("a --master-addr that does not resolve is refused before any worker starts", "[launcher]") {
+  if (!resolver_denies("no-such-host.invalid")) {
+    std::printf("SKIP: this machine's resolver does not deny unknown names at once\n");
+    std::exit(77);
+  }
   TempDir dir;
   const auto start = std::chrono::steady_clock::now();
   const JobResult r = run_launcher({"--master-addr", "no-such-host.invalid", "--", kLaunchee, "env", dir.path()}, 30s);
