@@ -168,7 +168,12 @@ struct IpcWorld::State {
     cudaFree(d_in);
     cudaFree(d_out);
     cudaFree(d_counters);
-    cudaFree(mine);
+    // After an abort (ours, or a kernel that gave up) the peers' kernels
+    // may still write into these channels: freeing them would let those
+    // writes land in whatever is allocated there next. They are left to
+    // the process's end instead.
+    const bool aborted = abort_host != nullptr && *const_cast<volatile std::uint32_t*>(abort_host) != 0;
+    if (!aborted) cudaFree(mine);
     if (last) cudaEventDestroy(last);
     if (uploads) cudaStreamDestroy(uploads);
     if (abort_host) cudaFreeHost(abort_host);
