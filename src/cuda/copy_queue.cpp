@@ -224,6 +224,14 @@ std::uint64_t CopyQueue::gate(std::chrono::milliseconds patience) {
         static_cast<cuuint32_t>(ticket), CU_STREAM_WAIT_VALUE_GEQ);
     KIZUNA_CHECK(r == CUDA_SUCCESS, "cuStreamWaitValue32 failed with CUresult ", static_cast<int>(r),
                  " (KIZUNA_CUDA_STREAM_WAIT=0 uses a host function instead)");
+    // Bounded, as the host-function gate is by its own patience: a gate the
+    // host never opens (its call lost, its thread stuck) is opened at the
+    // deadline, so that the stream, the user's behind it, goes on. The call
+    // itself reports its failure through then().
+    std::shared_ptr<Shared> shared = shared_;
+    completions_->watch({[shared, ticket] { return shared->opened.load() >= ticket; },
+                         std::chrono::steady_clock::now() + patience, "a staged call's gate",
+                         [](std::exception_ptr) {}, [shared, ticket] { open_gate(*shared, ticket); }});
     return ticket;
   }
   auto* g = new HostGate{shared_, ticket, std::chrono::steady_clock::now() + patience};
@@ -233,18 +241,20 @@ std::uint64_t CopyQueue::gate(std::chrono::milliseconds patience) {
   return ticket;
 }
 
-void CopyQueue::open(std::uint64_t ticket) {
+void CopyQueue::open_gate(Shared& shared, std::uint64_t ticket) {
   {
-    std::lock_guard lock(shared_->mutex);
-    if (ticket <= shared_->opened.load()) return;
-    shared_->opened.store(ticket);
+    std::lock_guard lock(shared.mutex);
+    if (ticket <= shared.opened.load()) return;
+    shared.opened.store(ticket);
     // The staged result is in host memory already: order those writes
     // before the word that lets the device copy it.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    *shared_->word = static_cast<std::uint32_t>(ticket);
+    *shared.word = static_cast<std::uint32_t>(ticket);
   }
-  shared_->cv.notify_all();
+  shared.cv.notify_all();
 }
+
+void CopyQueue::open(std::uint64_t ticket) { open_gate(*shared_, ticket); }
 
 void CopyQueue::then(std::chrono::milliseconds patience, const std::string& what,
                      std::function<void(std::exception_ptr)> fn) {

@@ -7,7 +7,9 @@
 // host thread ever holds the caller's stream. A gate is a wait, on the
 // queue's stream, for a word in mapped pinned memory to reach a ticket
 // (cuStreamWaitValue32, fetched from the driver at run time; the GPU's
-// front end waits and no SM spins). Where the driver does not offer it,
+// front end waits and no SM spins), opened by the queue's own poller at
+// `patience` if the host has not opened it by then, so that a lost call
+// never holds the stream for good. Where the driver does not offer it,
 // or KIZUNA_CUDA_STREAM_WAIT=0, a host function on the queue's stream
 // waits instead, until the ticket or `patience` (it holds CUDA's callback
 // thread meanwhile, and only this queue's stream).
@@ -64,6 +66,8 @@ class CopyQueue {
   const char* gate_kind() const;
 
   struct Shared;  // what host functions and marks may outlive the queue with
+  // Raises the gate word to `ticket` (no-op when it is there already).
+  static void open_gate(Shared& shared, std::uint64_t ticket);
 
  private:
   int device_;
