@@ -129,6 +129,25 @@ StagedStores parse_staged_stores(std::string_view variable, std::string_view tex
   KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text, "' is not accepted; expected auto, cache or stream");
 }
 
+std::pair<int, int> parse_port_range(std::string_view variable, std::string_view text) {
+  const auto bad = [&] {
+    KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text,
+                 "' is not a port range; accepted: LOW-HIGH with 1 <= LOW <= HIGH <= 65535 (e.g. 40000-40999)");
+  };
+  const std::string value = trim_lower(text);
+  const auto dash = value.find('-');
+  if (dash == std::string::npos) bad();
+  int low = 0, high = 0;
+  try {
+    low = static_cast<int>(parse_int(variable, value.substr(0, dash), 1, 65535));
+    high = static_cast<int>(parse_int(variable, value.substr(dash + 1), 1, 65535));
+  } catch (const Error&) {
+    bad();
+  }
+  if (low > high) bad();
+  return {low, high};
+}
+
 std::int64_t parse_int(std::string_view variable, std::string_view text, std::int64_t min,
                        std::int64_t max) {
   const std::string value = trim_lower(text);
@@ -279,22 +298,8 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_CUDA_IPC")) env.cuda_ipc = parse_bool("KIZUNA_CUDA_IPC", *v);
   if (auto v = lookup("KIZUNA_CUDA_STREAM_WAIT"))
     env.cuda_stream_wait = parse_bool("KIZUNA_CUDA_STREAM_WAIT", *v);
-  if (auto v = lookup("KIZUNA_PORT_RANGE")) {
-    const std::string value = trim_lower(*v);
-    const auto dash = value.find('-');
-    const auto bad = [&] {
-      KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_PORT_RANGE='", *v,
-                   "' is not a port range; accepted: LOW-HIGH with 1 <= LOW <= HIGH <= 65535 (e.g. 40000-40999)");
-    };
-    if (dash == std::string::npos) bad();
-    try {
-      env.port_low = static_cast<int>(parse_int("KIZUNA_PORT_RANGE", value.substr(0, dash), 1, 65535));
-      env.port_high = static_cast<int>(parse_int("KIZUNA_PORT_RANGE", value.substr(dash + 1), 1, 65535));
-    } catch (const Error&) {
-      bad();
-    }
-    if (env.port_low > env.port_high) bad();
-  }
+  if (auto v = lookup("KIZUNA_PORT_RANGE"))
+    std::tie(env.port_low, env.port_high) = parse_port_range("KIZUNA_PORT_RANGE", *v);
   if (auto v = lookup("KIZUNA_CUDA_CHANNELS"))
     env.cuda_channels = static_cast<int>(parse_int("KIZUNA_CUDA_CHANNELS", *v, 1, 16));
   if (auto v = lookup("KIZUNA_CUDA_SLOT_BYTES")) {

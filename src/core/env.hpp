@@ -116,5 +116,8 @@ std::int64_t parse_auto_size(std::string_view variable, std::string_view text, s
 bool parse_bool(std::string_view variable, std::string_view text);
 std::int64_t parse_int(std::string_view variable, std::string_view text, std::int64_t min,
                        std::int64_t max);
+// "LOW-HIGH" with 1 <= LOW <= HIGH <= 65535 (KIZUNA_PORT_RANGE, kizuna-run
+// --port-range); otherwise InvalidArgument naming `variable` and the form.
+std::pair<int, int> parse_port_range(std::string_view variable, std::string_view text);
 
 }  // namespace kizuna::core

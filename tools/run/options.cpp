@@ -88,12 +88,12 @@ void declare(CLI::App& app, RunOptions& o) {
                    "that open only a range: sets KIZUNA_PORT_RANGE (each worker\n"
                    "takes 2; default: any port the OS gives)",
                    [&o](const std::string& v) {
-                     const auto dash = v.find('-');
-                     const int lo = dash == std::string::npos ? 0 : to_int("--port-range", v.substr(0, dash), 1, 65535);
-                     const int hi = dash == std::string::npos ? 0 : to_int("--port-range", v.substr(dash + 1), 1, 65535);
-                     if (dash == std::string::npos || lo > hi)
-                       throw UsageError("--port-range '" + v + "' is not LO-HI with 1 <= LO <= HI <= 65535");
-                     o.port_range = std::to_string(lo) + "-" + std::to_string(hi);
+                     try {
+                       const auto [lo, hi] = core::parse_port_range("--port-range", v);
+                       o.port_range = std::to_string(lo) + "-" + std::to_string(hi);
+                     } catch (const Error& e) {
+                       throw UsageError(e.what());
+                     }
                    });
   tools::add_value(app, "--max-restarts,--max_restarts", "R",
                    "after a worker fails, restart this node's workers up to R\n"
