@@ -140,6 +140,24 @@ class Communicator {
   // this communicator. A negative color takes no part and gets nullptr.
   std::shared_ptr<Communicator> split(int color, int key);
 
+  // A communicator of the survivors, after a failure (ULFM's
+  // MPIX_Comm_shrink, ncclCommShrink). Collective over every rank still
+  // alive: each calls it once the old communicator has failed (typically on
+  // catching PeerLost). The survivors agree through the store on one set of
+  // failed ranks: a rank named lost by any survivor, or whose process this
+  // one sees gone, and that has not itself called shrink(); every survivor
+  // gets the same set, or an error. The new communicator holds the others,
+  // numbered in the old order, with every transport set up afresh; it has
+  // this one's options (store, timeouts, tuning). A rank that dies while it
+  // is set up is added to the set and the survivors try again. Bounded by
+  // CommOptions.setup_timeout (else KIZUNA_STORE_TIMEOUT): a rank that
+  // neither calls shrink() nor is seen to fail ends it with Timeout naming
+  // it; a rank the others decided without gets Aborted. This communicator
+  // is aborted first (if it had not failed) and stays unusable. The store
+  // must outlive the failure: when its host was the rank that died, every
+  // survivor fails with the store's error (docs/reliability.md#shrinking).
+  std::shared_ptr<Communicator> shrink();
+
   // Fails every pending and queued collective with Aborted and closes the
   // connections. Any thread; returns at once.
   void abort(const std::string& reason = "abort() called");

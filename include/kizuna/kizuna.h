@@ -76,6 +76,11 @@ kzResult_t kzCommInitRank(kzComm_t* comm, int nranks, const char* store, int ran
 kzResult_t kzCommDestroy(kzComm_t comm);
 kzResult_t kzCommAbort(kzComm_t comm);
 kzResult_t kzCommSplit(kzComm_t comm, int color, int key, kzComm_t* newcomm);
+/* After a failure (kzPeerLost or kzAborted from a call): every surviving
+ * rank calls it; *newcomm is a communicator of the survivors, ranks
+ * renumbered in the old order (Communicator::shrink in kizuna/comm.hpp).
+ * `comm` stays a valid handle of the failed communicator: destroy it. */
+kzResult_t kzCommShrink(kzComm_t comm, kzComm_t* newcomm);
 kzResult_t kzCommCount(const kzComm_t comm, int* count);
 kzResult_t kzCommUserRank(const kzComm_t comm, int* rank);
 /* kzSuccess while usable; otherwise the error that made it unusable. */

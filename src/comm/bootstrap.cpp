@@ -41,9 +41,11 @@ std::string boot_id() {
   return id.empty() ? "unknown" : id;
 }
 
-std::string network_namespace() {
+// "/proc/self/ns/<kind>" as the kernel names it ("net:[4026531840]"),
+// spaces replaced.
+std::string own_namespace(const char* kind) {
   char buf[128] = {};
-  const ssize_t n = ::readlink("/proc/self/ns/net", buf, sizeof buf - 1);
+  const ssize_t n = ::readlink((std::string("/proc/self/ns/") + kind).c_str(), buf, sizeof buf - 1);
   std::string ns = n > 0 ? std::string(buf, n) : "unknown";
   for (char& c : ns)
     if (c == ' ') c = '_';
@@ -108,8 +110,8 @@ bool same_node(const PeerInfo& a, const PeerInfo& b) {
 
 std::string encode_peer(const PeerInfo& p) {
   std::ostringstream out;
-  out << "kizuna-peer-v3 " << p.hostname << " " << p.boot_id << " " << p.netns << " " << p.pid << " "
-      << p.address << " " << p.port << " " << p.incarnation << " " << p.p2p_port;
+  out << "kizuna-peer-v4 " << p.hostname << " " << p.boot_id << " " << p.netns << " " << p.pidns << " " << p.pid
+      << " " << p.address << " " << p.port << " " << p.incarnation << " " << p.p2p_port;
   return out.str();
 }
 
@@ -117,9 +119,9 @@ PeerInfo decode_peer(const std::string& text, int rank) {
   std::istringstream in(text);
   std::string version;
   PeerInfo p;
-  in >> version >> p.hostname >> p.boot_id >> p.netns >> p.pid >> p.address >> p.port >> p.incarnation >>
-      p.p2p_port;
-  if (!in || version != "kizuna-peer-v3" || p.port <= 0 || p.port > 65535 || p.p2p_port <= 0 || p.p2p_port > 65535)
+  in >> version >> p.hostname >> p.boot_id >> p.netns >> p.pidns >> p.pid >> p.address >> p.port >>
+      p.incarnation >> p.p2p_port;
+  if (!in || version != "kizuna-peer-v4" || p.port <= 0 || p.port > 65535 || p.p2p_port <= 0 || p.p2p_port > 65535)
     KIZUNA_THROW(ErrorCode::Mismatch, "rank ", rank, " published an address kizuna cannot read: '",
                  text.substr(0, 200), "'");
   return p;
@@ -302,7 +304,7 @@ Connected join_peers(Store& store, const std::string& name, int rank, int world_
       if (armed) ::close(fd);
     }
   } p2p_guard{p2p_fd};
-  PeerInfo self{hostname(), boot_id(), network_namespace(), static_cast<int>(::getpid()),
+  PeerInfo self{hostname(), boot_id(), own_namespace("net"), own_namespace("pid"), static_cast<int>(::getpid()),
                 listener.host(), listener.port(), random_u64(), p2p_port};
   store.set(name + "/peer/" + std::to_string(rank), encode_peer(self));
 

@@ -8,7 +8,8 @@
 //      world size;
 //   2. every rank listens on port 0 of its chosen address (twice: the
 //      links, and point to point's own, comm/p2p.hpp) and publishes
-//      {hostname, boot id, pid, address, port, incarnation, p2p port};
+//      {hostname, boot id, network and PID namespaces, pid, address, port,
+//      incarnation, p2p port};
 //   3. every rank reads everyone's entry, then the connections are opened
 //      (lower rank connects to higher, transport/tcp/tcp_connect.hpp);
 //   4. ranks of the same node set up shared memory (see below).
@@ -36,6 +37,7 @@ struct PeerInfo {
   std::string hostname;
   std::string boot_id;
   std::string netns;  // network namespace: ranks in different ones are different nodes
+  std::string pidns;  // PID namespace: `pid` means this process only within it
   int pid = 0;
   std::string address;
   int port = 0;

@@ -175,6 +175,13 @@ kzResult_t kzCommSplit(kzComm_t comm, int color, int key, kzComm_t* newcomm) {
   });
 }
 
+kzResult_t kzCommShrink(kzComm_t comm, kzComm_t* newcomm) {
+  return guarded([&] {
+    KIZUNA_CHECK_ARG(newcomm != nullptr, "newcomm is NULL");
+    *newcomm = new kzComm{comm_of(comm)->shrink()};
+  });
+}
+
 kzResult_t kzCommCount(const kzComm_t comm, int* count) {
   return guarded([&] {
     KIZUNA_CHECK_ARG(count != nullptr, "count is NULL");

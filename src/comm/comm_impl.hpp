@@ -6,6 +6,8 @@
 //
 //   communicator.cpp   the public API: argument checks (comm/call.hpp),
 //                      creation, split, abort
+//   shrink.cpp         shrink: the survivors agree on the failed ranks
+//                      (comm/agreement.hpp) and build a new communicator
 //   setup.cpp          creation's body: settings, bootstrap, the tuning
 //                      table, symmetric memory, mailboxes, staging, device
 //   dispatch.cpp       the queue and the worker; a caller that runs its own
@@ -119,6 +121,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   comm::LiveProgress live;
   std::uint64_t dump_handle = 0;
   int split_count = 0;
+  int shrink_count = 0;
 
   // `profile`: whether rank 0's tuning profile may decide (false while
   // calibrating, whose communicators each force one candidate).
@@ -244,6 +247,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   mutable std::mutex error_mutex;  // set once, when the communicator becomes unusable
   std::exception_ptr fatal;
   std::atomic<bool> broken{false};
+  // The rank whose loss made it unusable (PeerLost, seen here or in a
+  // peer's notice), or -1: what shrink() brings as this rank's suspect.
+  std::atomic<int> lost_rank{-1};
   // After a timeout, the other ranks follow their stuck-rank reports
   // through the store, which this process may host: shutdown() keeps it up
   // until then (steady_clock ticks; set by whichever thread ran the task).

@@ -119,6 +119,7 @@ void Communicator::Impl::fail(const Error& e) {
   // lost rank is not.
   transport::AbortNotice notice{rank, e.code() == ErrorCode::PeerLost ? lost : -1, e.code(), e.what()};
   if (cause) notice = *cause;
+  if (notice.lost_rank >= 0) lost_rank.store(notice.lost_rank);
   const auto deadline = Clock::now() + tuning.abort_grace;
   for (auto& link : links) {
     if (!link || link->peer() == notice.lost_rank || link->peer() == notice.origin) continue;
@@ -157,6 +158,7 @@ void Communicator::Impl::watch_peers() {
       if (broken.exchange(true)) return;
       fatal = std::make_exception_ptr(e);
     }
+    lost_rank.store(link->peer());
     KIZUNA_LOG(Error) << e.what();
     device->abort();
     return;

@@ -3,13 +3,19 @@
 // and MASTER_PORT (or KIZUNA_STORE) set, and the KIZUNA_* variables the
 // fault calls for (KIZUNA_ALGO, KIZUNA_TRANSPORT, a short KIZUNA_TIMEOUT).
 //
-//   kizuna-fault-worker COLLECTIVES COUNT ITERATIONS SECONDS
+//   kizuna-fault-worker COLLECTIVES COUNT ITERATIONS SECONDS [shrink]
 //
 // COLLECTIVES is a comma-separated list of all_reduce, broadcast, reduce,
 // all_gather, reduce_scatter, barrier (or "all"); each iteration runs every
 // one of them once on int64 data of COUNT elements, computed in closed form
 // from (rank, index, iteration), and checks the result exactly. It stops
 // after ITERATIONS iterations or SECONDS seconds, whichever comes first.
+// With "shrink", a collective that fails with PeerLost or Aborted is not
+// the end: the rank calls Communicator::shrink() and goes on with the
+// survivors from the highest iteration any of them reached, every time it
+// happens; and the ranks decide together when SECONDS are up (an
+// all-reduce of "my time is up" every 16 iterations), so that all finish
+// at the same iteration and none leaves a survivor behind.
 //
 // What it prints is what the tests read (one line each, flushed at once):
 //   ready rank R of N pid P         the communicator is up
@@ -19,6 +25,10 @@
 //                                   nanoseconds (steady_clock), the clock the
 //                                   test reads when it injects the fault
 //   wrong ...                       a result that differs from the reference
+//   lost CODE at NS after I iterations: MESSAGE
+//                                   (shrink) the error that started a shrink
+//   shrunk at NS to rank R of N     (shrink) the survivors' communicator is up
+//   resumed at NS                   (shrink) its first iteration is right
 // Exit code: 0 done, 1 wrong result, 2 bad usage, 10 + ErrorCode for an error.
 #include <kizuna/comm.hpp>
 
@@ -143,9 +153,10 @@ long long monotonic_ns() {
 
 int main(int argc, char** argv) {
   std::vector<Kind> kinds;
-  if (argc != 5 || !parse(argv[1], kinds)) {
+  const bool shrink = argc == 6 && std::string(argv[5]) == "shrink";
+  if ((argc != 5 && !shrink) || !parse(argv[1], kinds)) {
     std::fprintf(stderr,
-                 "usage: kizuna-fault-worker all|COLLECTIVE[,COLLECTIVE...] COUNT ITERATIONS SECONDS\n"
+                 "usage: kizuna-fault-worker all|COLLECTIVE[,COLLECTIVE...] COUNT ITERATIONS SECONDS [shrink]\n"
                  "  collectives: all_reduce broadcast reduce all_gather reduce_scatter barrier\n");
     return 2;
   }
@@ -154,30 +165,60 @@ int main(int argc, char** argv) {
   const auto limit = std::chrono::duration<double>(std::strtod(argv[4], nullptr));
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::uint64_t it = 0;
+  bool resumed = true;
   // Outside the try: the error is stamped before the destructor runs.
   std::shared_ptr<Communicator> comm;
-  try {
-    comm = Communicator::from_env();
-    std::printf("ready rank %d of %d pid %d\n", comm->rank(), comm->size(), static_cast<int>(::getpid()));
-    const auto start = Clock::now();
-    for (; it < iterations && Clock::now() - start < limit; ++it) {
-      for (Kind k : kinds) {
-        const std::string wrong = run_one(*comm, k, count, it);
-        if (!wrong.empty()) {
-          std::printf("wrong %s count %zu iteration %llu on rank %d: %s\n", kind_name(k), count,
-                      static_cast<unsigned long long>(it), comm->rank(), wrong.c_str());
-          return 1;
-        }
+  const auto start = Clock::now();
+  for (;;) {
+    try {
+      if (!comm) {
+        comm = Communicator::from_env();
+        std::printf("ready rank %d of %d pid %d\n", comm->rank(), comm->size(), static_cast<int>(::getpid()));
       }
+      if (!resumed) {
+        // Go on from the furthest iteration any survivor reached: one that
+        // finished the failed call before it failed elsewhere is ahead.
+        std::int64_t furthest = static_cast<std::int64_t>(it);
+        comm->all_reduce(&furthest, 1, DataType::Int64, ReduceOp::Max).wait();
+        it = static_cast<std::uint64_t>(furthest);
+      }
+      for (; it < iterations; ++it) {
+        if (!shrink && Clock::now() - start >= limit) break;
+        if (shrink && it % 16 == 0) {
+          std::int32_t up = Clock::now() - start >= limit;
+          comm->all_reduce(&up, 1, DataType::Int32, ReduceOp::Max).wait();
+          if (up) break;
+        }
+        for (Kind k : kinds) {
+          const std::string wrong = run_one(*comm, k, count, it);
+          if (!wrong.empty()) {
+            std::printf("wrong %s count %zu iteration %llu on rank %d: %s\n", kind_name(k), count,
+                        static_cast<unsigned long long>(it), comm->rank(), wrong.c_str());
+            return 1;
+          }
+        }
+        if (!resumed) std::printf("resumed at %lld\n", monotonic_ns()), resumed = true;
+      }
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      std::printf("done %llu iterations in %lld ms\n", static_cast<unsigned long long>(it), static_cast<long long>(ms));
+      return 0;
+    } catch (const Error& e) {
+      const long long at = monotonic_ns();
+      const bool survivable = shrink && comm && (e.code() == ErrorCode::PeerLost || e.code() == ErrorCode::Aborted);
+      std::printf("%s %s at %lld after %llu iterations: %s\n", survivable ? "lost" : "error",
+                  std::string(name(e.code())).c_str(), at, static_cast<unsigned long long>(it), e.what());
+      std::fflush(stdout);
+      if (!survivable) return 10 + static_cast<int>(e.code());
     }
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-    std::printf("done %llu iterations in %lld ms\n", static_cast<unsigned long long>(it), static_cast<long long>(ms));
-    return 0;
-  } catch (const Error& e) {
-    const long long at = monotonic_ns();
-    std::printf("error %s at %lld after %llu iterations: %s\n", std::string(name(e.code())).c_str(), at,
-                static_cast<unsigned long long>(it), e.what());
-    std::fflush(stdout);
-    return 10 + static_cast<int>(e.code());
+    try {
+      comm = comm->shrink();
+      std::printf("shrunk at %lld to rank %d of %d\n", monotonic_ns(), comm->rank(), comm->size());
+      resumed = false;
+    } catch (const Error& e) {
+      std::printf("error %s at %lld after %llu iterations: %s\n", std::string(name(e.code())).c_str(), monotonic_ns(),
+                  static_cast<unsigned long long>(it), e.what());
+      std::fflush(stdout);
+      return 10 + static_cast<int>(e.code());
+    }
   }
 }

@@ -3,7 +3,7 @@
 // - Ranks: a job's ranks as kizuna-fault-worker processes (each a Job: its
 //   own process group, killed at the deadline and on destruction, so no
 //   child outlives its test), with the output lines the worker prints
-//   parsed (ready, done, error CODE at NS, wrong).
+//   parsed (ready, done, error CODE at NS, wrong; lost, shrunk, resumed).
 // - Figures: the per-fault counts a test prints (trials, errors raised
 //   correctly, hangs, detection time p50/p99/max), one "FAULTS |" line each,
 //   also appended to $KZ_FAULTS_REPORT when set (tests/faults/report.sh
@@ -80,6 +80,13 @@ struct WorkerState {
   long long at_ns = 0;   // when it caught the error
   std::string message;   // the error's text
   bool wrong = false;
+  // With the worker's "shrink": each failure it survived (code and
+  // message of its "lost" line), when its last shrink ended and when its
+  // first iteration after that was right.
+  std::vector<std::string> lost_codes, lost_messages;
+  int shrinks = 0;
+  long long shrunk_ns = 0, resumed_ns = 0;
+  int last_world = 0;  // the size of the group it last shrank to
 };
 
 inline WorkerState parse(const std::string& output) {
@@ -94,6 +101,21 @@ inline WorkerState parse(const std::string& output) {
       const auto in = line.find(" in ");
       if (in != std::string::npos) s.done_ms = std::atoll(line.c_str() + in + 4);
     }
+    if (line.rfind("lost ", 0) == 0) {
+      std::istringstream words(line.substr(5));
+      std::string code;
+      words >> code;
+      s.lost_codes.push_back(code);
+      const auto colon = line.find(": ");
+      s.lost_messages.push_back(colon == std::string::npos ? line : line.substr(colon + 2));
+    }
+    if (line.rfind("shrunk at ", 0) == 0) {
+      ++s.shrinks;
+      s.shrunk_ns = std::atoll(line.c_str() + 10);
+      const auto of = line.rfind(" of ");
+      if (of != std::string::npos) s.last_world = std::atoi(line.c_str() + of + 4);
+    }
+    if (line.rfind("resumed at ", 0) == 0) s.resumed_ns = std::atoll(line.c_str() + 11);
     if (line.rfind("error ", 0) == 0) {
       s.errored = true;
       std::istringstream words(line.substr(6));

@@ -1,0 +1,175 @@
+// Communicator::shrink (kizuna/comm.hpp): the survivors agree on the
+// failed ranks (comm/agreement.hpp), then create a communicator of the
+// others, numbered in the old order, through the same store, and meet in
+// a barrier on it. A rank that dies meanwhile ends that attempt on every
+// survivor: a survivor of its node sees its process gone and publishes it
+// under the new communicator's "failed" key, which set-up watches
+// (comm/bootstrap.hpp); one that dies after set-up fails the barrier with
+// PeerLost. The survivors then agree again, with that rank known failed,
+// until the set-up deadline (CommOptions.setup_timeout, else
+// KIZUNA_STORE_TIMEOUT) from the call.
+#include <kizuna/comm.hpp>
+#include <kizuna/store.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "comm/agreement.hpp"
+#include "comm/comm_impl.hpp"
+#include "core/check.hpp"
+#include "core/env.hpp"
+#include "core/log.hpp"
+
+namespace kizuna {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often a survivor looks for the death of a member of its node while
+// the new communicator is set up.
+constexpr std::chrono::milliseconds kWatchEvery{50};
+
+std::string list(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : " ") + std::to_string(r);
+  return out.empty() ? "none" : out;
+}
+
+// While it lives, watches the members of the new communicator that this
+// process can judge (comm::process_gone) and publishes the first death it
+// sees under `failed_key`, ending every member's set-up at once.
+class DeathWatch {
+ public:
+  DeathWatch(Store& store, std::string failed_key, std::string name, std::vector<int> members,
+             std::function<bool(int)> gone)
+      : store_(store), failed_key_(std::move(failed_key)), name_(std::move(name)), members_(std::move(members)),
+        gone_(std::move(gone)), thread_([this] { run(); }) {}
+  ~DeathWatch() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  // The old rank whose death it saw, or -1.
+  int dead() const { return dead_.load(); }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, kWatchEvery, [this] { return stop_; })) {
+      for (std::size_t i = 0; i < members_.size(); ++i) {
+        if (!gone_(members_[i])) continue;
+        dead_.store(members_[i]);
+        try {
+          const std::string text = message(i);
+          store_.compare_set(failed_key_, {}, Bytes(text.begin(), text.end()));
+        } catch (const std::exception&) {
+          // the store's own failure ends the set-up anyway
+        }
+        return;
+      }
+    }
+  }
+  std::string message(std::size_t i) const {
+    return "rank " + std::to_string(i) + " of " + name_ + " (rank " + std::to_string(members_[i]) +
+           " before the shrink) died while the shrunk communicator was set up";
+  }
+
+  Store& store_;
+  const std::string failed_key_, name_;
+  const std::vector<int> members_;
+  const std::function<bool(int)> gone_;
+  std::atomic<int> dead_{-1};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> Communicator::shrink() {
+  Impl& impl = *impl_;
+  const auto start = Clock::now();
+  const auto setup =
+      impl.options.setup_timeout.count() > 0 ? impl.options.setup_timeout : core::Env::get().store_timeout;
+  const auto deadline = start + setup;
+  const int id = impl.shrink_count++;
+  // The old communicator ends here: whatever is still pending on it fails.
+  if (!impl.broken.load()) abort("shrink() called");
+
+  std::set<int> suspects;
+  if (const int lost = impl.lost_rank.load(); lost >= 0) suspects.insert(lost);
+  const std::vector<comm::PeerInfo>& peers = impl.topology.peers;
+  const auto gone = [&peers, self = peers.at(impl.rank)](int r) { return comm::process_gone(peers.at(r), self); };
+  Store& store = *impl.options.store;
+
+  std::string why;
+  for (int attempt = 0; attempt < impl.world && Clock::now() < deadline; ++attempt) {
+    comm::ShrinkRound round;
+    round.base = impl.name + "/shrink" + std::to_string(id) + "." + std::to_string(attempt);
+    round.comm_name = impl.name;
+    round.rank = impl.rank;
+    round.world = impl.world;
+    round.suspects = suspects;
+    round.gone = gone;
+    std::vector<int> failed;
+    try {
+      failed = comm::agree_on_failed(store, round, deadline);
+    } catch (const Error& e) {
+      throw Error(e.code(), std::string(e.what()) + (why.empty() ? "" : "; the attempt before: " + why));
+    }
+    std::vector<int> members;
+    for (int r = 0; r < impl.world; ++r)
+      if (!std::binary_search(failed.begin(), failed.end(), r)) members.push_back(r);
+
+    CommOptions options = impl.options;
+    options.name = round.base + "/comm";
+    options.world_size = static_cast<int>(members.size());
+    options.rank = static_cast<int>(std::find(members.begin(), members.end(), impl.rank) - members.begin());
+    options.timeout = impl.tuning.timeout;
+    options.setup_timeout =
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                 std::chrono::milliseconds(1));
+    int lost = -1;
+    std::shared_ptr<Communicator> shrunk;
+    try {
+      {
+        DeathWatch watch(store, options.name + "/failed", options.name, members, gone);
+        try {
+          shrunk = create(options);
+        } catch (...) {
+          lost = watch.dead();
+          throw;
+        }
+      }
+      shrunk->barrier().wait();
+      KIZUNA_LOG(Info) << "shrunk " << impl.name << " to " << shrunk->name() << ": rank " << impl.rank << " of "
+                       << impl.world << " is rank " << shrunk->rank() << " of " << shrunk->size() << " (failed: "
+                       << list(failed) << ") in "
+                       << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()
+                       << " ms";
+      return shrunk;
+    } catch (const Error& e) {
+      why = e.what();
+      // A rank lost on the new communicator, in the old numbering.
+      if (lost < 0 && shrunk) {
+        const int r = shrunk->impl_->lost_rank.load();
+        if (r >= 0 && r < static_cast<int>(members.size())) lost = members[r];
+      }
+      if (lost >= 0) suspects.insert(lost);
+      KIZUNA_LOG(Warn) << "shrink of " << impl.name << ", attempt " << attempt + 1 << " (failed: " << list(failed)
+                       << ") did not hold, trying again: " << why;
+    }
+  }
+  KIZUNA_THROW(ErrorCode::Timeout, "shrink of ", impl.name, " on rank ", impl.rank, " found no group that held within ",
+               setup.count(), " ms: ", why.empty() ? "no attempt finished" : why);
+}
+
+}  // namespace kizuna
