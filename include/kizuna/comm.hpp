@@ -35,6 +35,7 @@
 #include <kizuna/types.hpp>
 #include <kizuna/work.hpp>
 
+#include <climits>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -157,6 +158,25 @@ class Communicator {
   // must outlive the failure: when its host was the rank that died, every
   // survivor fails with the store's error (docs/reliability.md#shrinking).
   std::shared_ptr<Communicator> shrink();
+
+  // Growing back: a process started to replace a lost one (or to add
+  // capacity) calls join() with the group's store; the group's ranks call
+  // grow() at a point of their choosing (a step boundary), which admits up
+  // to `most` of the processes waiting in join(). Both then hold a new
+  // communicator: the members keep their ranks, the joiners follow in the
+  // order they came. grow() is collective over this communicator; it
+  // returns nullptr when nobody waits (at the cost of one small broadcast),
+  // and leaves this communicator usable either way (also when a joiner dies
+  // while the new one is set up: it throws then). The state a joiner needs
+  // (a model, a step count) is the caller's to send, e.g. a broadcast from
+  // rank 0 on the new communicator.
+  std::shared_ptr<Communicator> grow(int most = INT_MAX);
+  // Joins the group whose first communicator was named `options.name`
+  // (empty: the default first name, "kizuna/comm0", as the job's ranks
+  // named theirs) through `options.store`; rank and world size come from
+  // the group. Waits up to options.setup_timeout (else KIZUNA_STORE_TIMEOUT)
+  // for a grow(), then throws Timeout.
+  static std::shared_ptr<Communicator> join(const CommOptions& options);
 
   // Fails every pending and queued collective with Aborted and closes the
   // connections. Any thread; returns at once.

@@ -104,6 +104,16 @@ std::string whoami() { return hostname() + " (pid " + std::to_string(::getpid())
 
 }  // namespace
 
+PeerInfo this_process() {
+  PeerInfo p;
+  p.hostname = hostname();
+  p.boot_id = boot_id();
+  p.netns = own_namespace("net");
+  p.pidns = own_namespace("pid");
+  p.pid = static_cast<int>(::getpid());
+  return p;
+}
+
 bool same_node(const PeerInfo& a, const PeerInfo& b) {
   return a.hostname == b.hostname && a.boot_id == b.boot_id && a.netns == b.netns;
 }
@@ -304,8 +314,11 @@ Connected join_peers(Store& store, const std::string& name, int rank, int world_
       if (armed) ::close(fd);
     }
   } p2p_guard{p2p_fd};
-  PeerInfo self{hostname(), boot_id(), own_namespace("net"), own_namespace("pid"), static_cast<int>(::getpid()),
-                listener.host(), listener.port(), random_u64(), p2p_port};
+  PeerInfo self = this_process();
+  self.address = listener.host();
+  self.port = listener.port();
+  self.incarnation = random_u64();
+  self.p2p_port = p2p_port;
   store.set(name + "/peer/" + std::to_string(rank), encode_peer(self));
 
   std::vector<std::string> keys;

@@ -52,6 +52,9 @@ struct Topology {
   int nodes = 1;
 };
 
+// This process: hostname, boot id, namespaces and pid (no addresses).
+PeerInfo this_process();
+
 // Ranks are on the same node when hostname, boot id and network namespace
 // all agree.
 bool same_node(const PeerInfo& a, const PeerInfo& b);

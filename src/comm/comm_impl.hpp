@@ -8,6 +8,7 @@
 //                      creation, split, abort
 //   shrink.cpp         shrink: the survivors agree on the failed ranks
 //                      (comm/agreement.hpp) and build a new communicator
+//   grow.cpp           grow and join: processes join a running group
 //   setup.cpp          creation's body: settings, bootstrap, the tuning
 //                      table, symmetric memory, mailboxes, staging, device
 //   dispatch.cpp       the queue and the worker; a caller that runs its own
@@ -122,10 +123,16 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::uint64_t dump_handle = 0;
   int split_count = 0;
   int shrink_count = 0;
+  // The name of the communicator this one descends from by shrink() and
+  // grow(), or its own: where processes join it (grow.cpp).
+  std::string group;
 
   // `profile`: whether rank 0's tuning profile may decide (false while
   // calibrating, whose communicators each force one candidate).
   static std::shared_ptr<Impl> create(const CommOptions& options, bool profile = true);
+  // "kizuna/comm<N>", N counting this process's communicators of that
+  // store (CommOptions::name).
+  static std::string default_name(const Store* store);
   void set_up_executor();
   void set_up_node_memory(const comm::NodeWait& wait, Clock::time_point deadline);
   void set_up_device(Clock::duration setup);

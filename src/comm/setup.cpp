@@ -38,13 +38,17 @@ std::string store_identity(const Store* store) {
   return address;
 }
 
-std::string default_name(const Store* store) {
+}  // namespace
+
+std::string Communicator::Impl::default_name(const Store* store) {
   static std::mutex mutex;
   static std::map<std::string, int> created;
   const std::string identity = store_identity(store);
   std::lock_guard lock(mutex);
   return "kizuna/comm" + std::to_string(created[identity]++);
 }
+
+namespace {
 
 // The address to listen on: KIZUNA_SOCKET_IFNAME's, else the one that
 // routes to the store's host (a TcpStore's, else MASTER_ADDR's), else
@@ -128,6 +132,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create(const CommOptions
   impl->rank = options.rank;
   impl->world = options.world_size;
   impl->name = options.name.empty() ? default_name(options.store.get()) : options.name;
+  impl->group = impl->name;
   core::set_log_rank(options.rank);
 
   const auto setup = options.setup_timeout.count() > 0 ? options.setup_timeout : env.store_timeout;

@@ -4,7 +4,7 @@
 // a barrier on it. A rank that dies meanwhile ends that attempt on every
 // survivor: a survivor of its node sees its process gone and publishes it
 // under the new communicator's "failed" key, which set-up watches
-// (comm/bootstrap.hpp); one that dies after set-up fails the barrier with
+// (comm/death_watch.hpp); one that dies after set-up fails the barrier with
 // PeerLost. The survivors then agree again, with that rank known failed,
 // until the set-up deadline (CommOptions.setup_timeout, else
 // KIZUNA_STORE_TIMEOUT) from the call.
@@ -12,13 +12,11 @@
 #include <kizuna/store.hpp>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <set>
 #include <thread>
 
 #include "comm/agreement.hpp"
+#include "comm/death_watch.hpp"
 #include "comm/comm_impl.hpp"
 #include "core/check.hpp"
 #include "core/env.hpp"
@@ -29,68 +27,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How often a survivor looks for the death of a member of its node while
-// the new communicator is set up.
-constexpr std::chrono::milliseconds kWatchEvery{50};
-
 std::string list(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : " ") + std::to_string(r);
   return out.empty() ? "none" : out;
 }
-
-// While it lives, watches the members of the new communicator that this
-// process can judge (comm::process_gone) and publishes the first death it
-// sees under `failed_key`, ending every member's set-up at once.
-class DeathWatch {
- public:
-  DeathWatch(Store& store, std::string failed_key, std::string name, std::vector<int> members,
-             std::function<bool(int)> gone)
-      : store_(store), failed_key_(std::move(failed_key)), name_(std::move(name)), members_(std::move(members)),
-        gone_(std::move(gone)), thread_([this] { run(); }) {}
-  ~DeathWatch() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-  // The old rank whose death it saw, or -1.
-  int dead() const { return dead_.load(); }
-
- private:
-  void run() {
-    std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, kWatchEvery, [this] { return stop_; })) {
-      for (std::size_t i = 0; i < members_.size(); ++i) {
-        if (!gone_(members_[i])) continue;
-        dead_.store(members_[i]);
-        try {
-          const std::string text = message(i);
-          store_.compare_set(failed_key_, {}, Bytes(text.begin(), text.end()));
-        } catch (const std::exception&) {
-          // the store's own failure ends the set-up anyway
-        }
-        return;
-      }
-    }
-  }
-  std::string message(std::size_t i) const {
-    return "rank " + std::to_string(i) + " of " + name_ + " (rank " + std::to_string(members_[i]) +
-           " before the shrink) died while the shrunk communicator was set up";
-  }
-
-  Store& store_;
-  const std::string failed_key_, name_;
-  const std::vector<int> members_;
-  const std::function<bool(int)> gone_;
-  std::atomic<int> dead_{-1};
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 }  // namespace
 
@@ -141,11 +82,17 @@ std::shared_ptr<Communicator> Communicator::shrink() {
     std::shared_ptr<Communicator> shrunk;
     try {
       {
-        DeathWatch watch(store, options.name + "/failed", options.name, members, gone);
+        std::vector<comm::DeathWatch::Watched> watched;
+        for (std::size_t i = 0; i < members.size(); ++i)
+          watched.push_back({peers.at(members[i]), "rank " + std::to_string(i) + " of " + options.name + " (rank " +
+                                                       std::to_string(members[i]) + " before the shrink)"});
+        comm::DeathWatch watch(store, options.name + "/failed", std::move(watched),
+                               "while the shrunk communicator was set up");
         try {
           shrunk = create(options);
+          shrunk->impl_->group = impl.group;
         } catch (...) {
-          lost = watch.dead();
+          if (const int i = watch.dead(); i >= 0) lost = members[i];
           throw;
         }
       }

@@ -3,7 +3,7 @@
 // and MASTER_PORT (or KIZUNA_STORE) set, and the KIZUNA_* variables the
 // fault calls for (KIZUNA_ALGO, KIZUNA_TRANSPORT, a short KIZUNA_TIMEOUT).
 //
-//   kizuna-fault-worker COLLECTIVES COUNT ITERATIONS SECONDS [shrink]
+//   kizuna-fault-worker COLLECTIVES COUNT ITERATIONS SECONDS [shrink|elastic|join]
 //
 // COLLECTIVES is a comma-separated list of all_reduce, broadcast, reduce,
 // all_gather, reduce_scatter, barrier (or "all"); each iteration runs every
@@ -15,7 +15,12 @@
 // survivors from the highest iteration any of them reached, every time it
 // happens; and the ranks decide together when SECONDS are up (an
 // all-reduce of "my time is up" every 16 iterations), so that all finish
-// at the same iteration and none leaves a survivor behind.
+// at the same iteration and none leaves a survivor behind. "elastic" does
+// the same and, at each of those checks, calls Communicator::grow() to
+// admit processes waiting to join; "join" is such a process: it joins the
+// running group (Communicator::join) and then behaves as "elastic". After
+// a shrink or a grow, the group goes on from the highest iteration any
+// rank reached (an all-reduce with Max: the state a newcomer is sent).
 //
 // What it prints is what the tests read (one line each, flushed at once):
 //   ready rank R of N pid P         the communicator is up
@@ -28,9 +33,13 @@
 //   lost CODE at NS after I iterations: MESSAGE
 //                                   (shrink) the error that started a shrink
 //   shrunk at NS to rank R of N     (shrink) the survivors' communicator is up
-//   resumed at NS                   (shrink) its first iteration is right
+//   grew at NS to rank R of N       (elastic) admitted processes that joined
+//   joined at NS as rank R of N     (join) this process is in the group
+//   resumed at NS                   (shrink, grow, join) its first iteration
+//                                   after that is right
 // Exit code: 0 done, 1 wrong result, 2 bad usage, 10 + ErrorCode for an error.
 #include <kizuna/comm.hpp>
+#include <kizuna/store.hpp>
 
 #include <unistd.h>
 
@@ -153,10 +162,13 @@ long long monotonic_ns() {
 
 int main(int argc, char** argv) {
   std::vector<Kind> kinds;
-  const bool shrink = argc == 6 && std::string(argv[5]) == "shrink";
+  const std::string mode = argc == 6 ? argv[5] : "";
+  const bool shrink = mode == "shrink" || mode == "elastic" || mode == "join";
+  const bool elastic = mode == "elastic" || mode == "join";
   if ((argc != 5 && !shrink) || !parse(argv[1], kinds)) {
     std::fprintf(stderr,
-                 "usage: kizuna-fault-worker all|COLLECTIVE[,COLLECTIVE...] COUNT ITERATIONS SECONDS [shrink]\n"
+                 "usage: kizuna-fault-worker all|COLLECTIVE[,COLLECTIVE...] COUNT ITERATIONS SECONDS "
+                 "[shrink|elastic|join]\n"
                  "  collectives: all_reduce broadcast reduce all_gather reduce_scatter barrier\n");
     return 2;
   }
@@ -170,14 +182,22 @@ int main(int argc, char** argv) {
   std::shared_ptr<Communicator> comm;
   const auto start = Clock::now();
   for (;;) {
+    bool regroup = false;
     try {
-      if (!comm) {
+      if (!comm && mode == "join") {
+        CommOptions options;
+        options.store = Store::from_env();
+        comm = Communicator::join(options);
+        std::printf("joined at %lld as rank %d of %d\n", monotonic_ns(), comm->rank(), comm->size());
+        resumed = false;
+      } else if (!comm) {
         comm = Communicator::from_env();
         std::printf("ready rank %d of %d pid %d\n", comm->rank(), comm->size(), static_cast<int>(::getpid()));
       }
       if (!resumed) {
-        // Go on from the furthest iteration any survivor reached: one that
-        // finished the failed call before it failed elsewhere is ahead.
+        // Go on from the furthest iteration any rank reached: one that
+        // finished the failed call before it failed elsewhere is ahead, and
+        // a newcomer starts from 0.
         std::int64_t furthest = static_cast<std::int64_t>(it);
         comm->all_reduce(&furthest, 1, DataType::Int64, ReduceOp::Max).wait();
         it = static_cast<std::uint64_t>(furthest);
@@ -188,6 +208,23 @@ int main(int argc, char** argv) {
           std::int32_t up = Clock::now() - start >= limit;
           comm->all_reduce(&up, 1, DataType::Int32, ReduceOp::Max).wait();
           if (up) break;
+          if (elastic) {
+            std::shared_ptr<Communicator> grown;
+            try {
+              grown = comm->grow();
+            } catch (const Error& e) {
+              if (comm->async_error()) throw;  // the group itself failed: shrink
+              // a joiner that died while admitted: the group goes on as it was
+              std::printf("grow failed at %lld: %s\n", monotonic_ns(), e.what());
+            }
+            if (grown) {
+              comm = grown;
+              std::printf("grew at %lld to rank %d of %d\n", monotonic_ns(), comm->rank(), comm->size());
+              resumed = false;
+              regroup = true;
+              break;
+            }
+          }
         }
         for (Kind k : kinds) {
           const std::string wrong = run_one(*comm, k, count, it);
@@ -199,6 +236,7 @@ int main(int argc, char** argv) {
         }
         if (!resumed) std::printf("resumed at %lld\n", monotonic_ns()), resumed = true;
       }
+      if (regroup) continue;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
       std::printf("done %llu iterations in %lld ms\n", static_cast<unsigned long long>(it), static_cast<long long>(ms));
       return 0;

@@ -3,7 +3,8 @@
 // - Ranks: a job's ranks as kizuna-fault-worker processes (each a Job: its
 //   own process group, killed at the deadline and on destruction, so no
 //   child outlives its test), with the output lines the worker prints
-//   parsed (ready, done, error CODE at NS, wrong; lost, shrunk, resumed).
+//   parsed (ready, done, error CODE at NS, wrong; lost, shrunk, grew,
+//   joined, resumed).
 // - Figures: the per-fault counts a test prints (trials, errors raised
 //   correctly, hangs, detection time p50/p99/max), one "FAULTS |" line each,
 //   also appended to $KZ_FAULTS_REPORT when set (tests/faults/report.sh
@@ -86,7 +87,10 @@ struct WorkerState {
   std::vector<std::string> lost_codes, lost_messages;
   int shrinks = 0;
   long long shrunk_ns = 0, resumed_ns = 0;
-  int last_world = 0;  // the size of the group it last shrank to
+  int last_world = 0;  // the size of the group it last shrank or grew to
+  // With "elastic" or "join": how often it grew, and when it joined.
+  int grows = 0;
+  long long joined_ns = 0;
 };
 
 inline WorkerState parse(const std::string& output) {
@@ -116,6 +120,12 @@ inline WorkerState parse(const std::string& output) {
       if (of != std::string::npos) s.last_world = std::atoi(line.c_str() + of + 4);
     }
     if (line.rfind("resumed at ", 0) == 0) s.resumed_ns = std::atoll(line.c_str() + 11);
+    if (line.rfind("grew at ", 0) == 0 || line.rfind("joined at ", 0) == 0) {
+      if (line[0] == 'g') ++s.grows;
+      else s.joined_ns = std::atoll(line.c_str() + 10);
+      const auto of = line.rfind(" of ");
+      if (of != std::string::npos) s.last_world = std::atoi(line.c_str() + of + 4);
+    }
     if (line.rfind("error ", 0) == 0) {
       s.errored = true;
       std::istringstream words(line.substr(6));

@@ -35,6 +35,7 @@ struct Trial {
   int gap_ms = 0;            // between kills
   std::size_t count = 0;
   unsigned seed = 0;
+  bool replace = false;  // start a process for each victim that joins the survivors (mode "elastic")
 };
 
 std::string describe(const Trial& t) {
@@ -42,6 +43,7 @@ std::string describe(const Trial& t) {
   out << t.collective << " over " << t.transport << ", count " << t.count << ", rank(s)";
   for (int v : t.victims) out << " " << v;
   out << " killed " << t.delay_ms << " ms after ready, " << t.gap_ms << " ms apart";
+  if (t.replace) out << ", then replaced";
   return out.str();
 }
 
@@ -59,9 +61,18 @@ TrialResult run_trial(const Trial& t) {
     env["KIZUNA_TRANSPORT"] = t.transport;
     env["KIZUNA_TIMEOUT"] = "30";  // far beyond the trial: only the loss can end a call in time
     env["KIZUNA_STORE_TIMEOUT"] = "15";
-    ranks.start({kWorker, t.collective, std::to_string(t.count), "100000000", std::to_string(kRunSeconds), "shrink"},
+    ranks.start({kWorker, t.collective, std::to_string(t.count), "100000000", std::to_string(kRunSeconds),
+                 t.replace ? "elastic" : "shrink"},
                 env);
   }
+  const auto replacement = [&](int victim) {
+    Job::Env env = rank_env(victim, kWorld, "127.0.0.1", port);
+    env["KIZUNA_TRANSPORT"] = t.transport;
+    env["KIZUNA_TIMEOUT"] = "30";
+    env["KIZUNA_STORE_TIMEOUT"] = "15";
+    ranks.start({kWorker, t.collective, std::to_string(t.count), "100000000", std::to_string(kRunSeconds), "join"},
+                env);
+  };
   std::string why;
   if (!ranks.wait_ready(20s, why)) {
     res.problems.push_back("set-up: " + why);
@@ -76,10 +87,22 @@ TrialResult run_trial(const Trial& t) {
     ranks[t.victims[k]].signal(SIGKILL);
   }
   const auto last_kill = Clock::now();
-  const auto results = ranks.wait(ranks.all(), killed_at + std::chrono::seconds(kRunSeconds + 20));
+  // As a launcher would: once the victims are reaped, start their
+  // replacements.
+  std::vector<JobResult> results = ranks.wait(t.victims, Clock::now() + 2s);
+  if (t.replace)
+    for (int v : t.victims) replacement(v);
+  const auto replaced_at = Clock::now();
+  std::vector<int> others;
+  for (int r = 0; r < ranks.size(); ++r)
+    if (std::find(t.victims.begin(), t.victims.end(), r) == t.victims.end()) others.push_back(r);
+  const std::vector<JobResult> rest = ranks.wait(others, killed_at + std::chrono::seconds(kRunSeconds + 20));
+  results.resize(rest.size());
+  for (int r : others) results[r] = rest[r];
   const bool store_host_killed = std::find(t.victims.begin(), t.victims.end(), 0) != t.victims.end();
   const int survivors_expected = kWorld - static_cast<int>(t.victims.size());
-  for (int r = 0; r < kWorld; ++r) {
+  const int world_at_end = t.replace ? kWorld : survivors_expected;
+  for (int r = 0; r < ranks.size(); ++r) {
     const std::string who = "rank " + std::to_string(r) + ": ";
     const JobResult& jr = results[r];
     if (std::find(t.victims.begin(), t.victims.end(), r) != t.victims.end()) {
@@ -111,15 +134,21 @@ TrialResult run_trial(const Trial& t) {
     }
     bool ok = true;
     if (s.errored) ok = false, res.problems.push_back(who + "ended with " + s.code + ": " + s.message);
-    if (s.lost_codes.empty()) ok = false, res.problems.push_back(who + "saw no failure");
-    if (s.shrinks == 0 || s.last_world != survivors_expected)
-      ok = false, res.problems.push_back(who + "last shrank to " + std::to_string(s.last_world) + " ranks, not " +
-                                         std::to_string(survivors_expected));
-    if (s.resumed_ns == 0) ok = false, res.problems.push_back(who + "never had a right iteration after the shrink");
+    const bool newcomer = r >= kWorld;
+    if (newcomer && s.joined_ns == 0) ok = false, res.problems.push_back(who + "(a replacement) never joined");
+    if (!newcomer && s.lost_codes.empty()) ok = false, res.problems.push_back(who + "saw no failure");
+    if (!newcomer && s.shrinks == 0) ok = false, res.problems.push_back(who + "never shrank");
+    if (!newcomer && t.replace && s.grows == 0) ok = false, res.problems.push_back(who + "never grew");
+    if (s.last_world != world_at_end)
+      ok = false, res.problems.push_back(who + "ended in a group of " + std::to_string(s.last_world) + " ranks, not " +
+                                         std::to_string(world_at_end));
+    if (s.resumed_ns == 0) ok = false, res.problems.push_back(who + "never had a right iteration after regrouping");
     if (!s.done || jr.exit_code != 0) ok = false, res.problems.push_back(who + "did not finish (exit " +
                                                                           std::to_string(jr.exit_code) + ")");
     if (s.resumed_ns != 0) {
-      const double ms = ms_since(last_kill, s.resumed_ns);
+      // with replacements: from their start to the first right iteration of
+      // the whole group; else from the last kill
+      const double ms = ms_since(t.replace ? replaced_at : last_kill, s.resumed_ns);
       res.detect_ms.push_back(ms);
       if (ms > kRecoverLimit)
         ok = false, res.problems.push_back(who + "went on " + std::to_string(ms) + " ms after the last kill");
@@ -193,6 +222,14 @@ TEST_CASE("shrink: two of 4 ranks killed at once, the last two go on", "[faults]
 TEST_CASE("shrink: a second rank killed while the survivors shrink, the last two go on", "[faults][shrink]") {
   run_trials("SIGKILL a second rank during the shrink", matrix(0x5a3u, 2, 1, 150, 2, {"all_reduce"}),
              "time from the second kill to the first right iteration on the shrunk group");
+}
+
+TEST_CASE("shrink and grow: a rank killed, the survivors shrink, its replacement joins, all 4 go on",
+          "[faults][shrink][grow]") {
+  std::vector<Trial> trials = matrix(0x5a5u, 1, 0, 0, 1, {"all_reduce", "all_gather", "broadcast"});
+  for (Trial& t : trials) t.replace = true;
+  run_trials("SIGKILL one of 4, a replacement joins", trials,
+             "time from the replacement's start to the first right iteration of each rank in the whole group");
 }
 
 TEST_CASE("shrink: when the store's host dies, every survivor fails naming the store, none hangs",
