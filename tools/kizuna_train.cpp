@@ -29,6 +29,7 @@
 #include <string>
 
 #include "common/usage.hpp"
+#include "core/env.hpp"
 #include "core/launch_env.hpp"
 #include "core/log.hpp"
 #include "mlp/dataset.hpp"
@@ -84,17 +85,24 @@ std::string hidden_text(const std::vector<int>& hidden) {
 
 int run(const train::CliOptions& o) {
   mlp::set_blas_threads(o.blas_threads);
+  // A process joining a running group (kizuna-run --elastic's replacement)
+  // loads the data itself, before it joins, since the group is past its
+  // broadcast and waits for it from the moment it is admitted.
+  const bool joining = core::Env::get().join;
+  const Clock::time_point t_load = Clock::now();
+  std::optional<mlp::DataSplits> own;
+  if (joining) own = load(o);
   std::string how;
   const std::shared_ptr<Communicator> comm = connect(how);
   const int rank = comm->rank(), world = comm->size();
   core::set_log_rank(rank);
   const bool leader = rank == 0;
 
-  const Clock::time_point t_load = Clock::now();
   const std::string tag = data_tag(o);
-  const mlp::DataSplits data = mlp::broadcast_data(*comm, [&] { return load(o); });
+  const mlp::DataSplits data = own ? std::move(*own) : mlp::broadcast_data(*comm, [&] { return load(o); });
   mlp::TrainOptions options = o.train;
   options.data_tag = tag;
+  options.joining = joining;
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
 
   mlp::Trainer trainer(comm, data, options);
@@ -130,7 +138,18 @@ int run(const train::CliOptions& o) {
     last = r;
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     if (o.target_accuracy > 0 && reached_at < 0 && r.accuracy >= o.target_accuracy) reached_at = elapsed;
-    if (leader) report->on_eval(r, trainer.steps_per_epoch(), elapsed);
+    if (leader) report->on_eval(r, elapsed);
+  };
+  callbacks.on_regroup = [&](const mlp::RegroupReport& r) {
+    if (!leader) return;
+    if (r.grew)
+      std::printf("kizuna-train: grew from %d to %d ranks at step %lld (epoch %d) in %.3f s\n", r.world_before,
+                  r.world_after, static_cast<long long>(r.step), r.epoch + 1, r.seconds);
+    else
+      std::printf("kizuna-train: lost a rank; shrank from %d to %d ranks at step %lld (epoch %d) in %.3f s: %s\n",
+                  r.world_before, r.world_after, static_cast<long long>(r.step), r.epoch + 1, r.seconds,
+                  r.cause.c_str());
+    std::fflush(stdout);
   };
   callbacks.on_checkpoint = [&](int epoch, const std::string& path) {
     if (leader) std::printf("checkpoint: %s (epoch %d)\n", path.c_str(), epoch);

@@ -5,7 +5,8 @@
 // name, its own rank and the same world size; it returns once every rank
 // is connected (or throws after setup_timeout). from_env() does the same
 // from the launcher's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...; see
-// docs/env.md).
+// docs/env.md); with KIZUNA_JOIN=1, which kizuna-run --elastic sets for a
+// replacement, it joins the running group instead (join() below).
 //
 // Collectives: every call returns a Work at once and is queued; one worker
 // thread per communicator runs the queue in call order, so every rank must

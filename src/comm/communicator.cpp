@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "comm/comm_impl.hpp"
+#include "core/env.hpp"
 #include "core/launch_env.hpp"
 
 namespace kizuna {
@@ -51,6 +52,9 @@ std::shared_ptr<Communicator> Communicator::from_env() {
   launch.require_rank();
   CommOptions options;
   options.store = Store::from_env();
+  // A replacement that kizuna-run --elastic started joins the running
+  // group; its rank comes from the group.
+  if (core::Env::get().join) return join(options);
   options.rank = launch.rank;
   options.world_size = launch.world_size;
   return create(options);

@@ -191,6 +191,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_CUDA_CHANNELS",
       "KIZUNA_PORT_RANGE",
       "KIZUNA_CUDA_SLOT_BYTES",
+      "KIZUNA_JOIN",
   };
   return names;
 }
@@ -238,6 +239,7 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
                    "' is out of range; accepted: 4K .. 64M");
   }
   if (auto v = lookup("KIZUNA_CHECK")) env.check = parse_bool("KIZUNA_CHECK", *v);
+  if (auto v = lookup("KIZUNA_JOIN")) env.join = parse_bool("KIZUNA_JOIN", *v);
   if (auto v = lookup("KIZUNA_SOCKET_IFNAME")) {
     if (v->empty() || v->size() > 15)
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_SOCKET_IFNAME='", *v,

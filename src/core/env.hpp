@@ -50,6 +50,7 @@ struct Env {
   Algorithm algo = Algorithm::Auto;                    // KIZUNA_ALGO
   std::uint64_t slice_bytes = 512 << 10;               // KIZUNA_SLICE_BYTES
   bool check = false;                                  // KIZUNA_CHECK
+  bool join = false;                                   // KIZUNA_JOIN (kizuna-run --elastic's replacements)
   std::string socket_ifname;                           // KIZUNA_SOCKET_IFNAME
   Transport transport = Transport::Auto;               // KIZUNA_TRANSPORT
   std::uint64_t shm_bytes = 1 << 20;                   // KIZUNA_SHM_BYTES (per channel)

@@ -67,13 +67,7 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, const DataSplits& data, con
   KIZUNA_CHECK_ARG(options.lr > 0, "--lr must be positive, got ", options.lr);
   KIZUNA_CHECK_ARG(options.warmup_steps >= 0, "--warmup must be >= 0, got ", options.warmup_steps);
   model_.init(rng_);
-  // Gradients in symmetric memory (collective, like the Reducer below):
-  // among the ranks of one machine the buckets' all-reduces then read the
-  // peers' gradients in place instead of passing them through the
-  // shared-memory slots (docs/symmetric-memory.md); elsewhere it is
-  // ordinary memory.
-  model_.keep_gradients_in(comm_->allocate_symmetric(model_.num_parameters() * sizeof(float)));
-
+  base_world_ = comm_->size();
   steps_per_epoch_ = mlp::steps_per_epoch(data_.train.size, comm_->size(), options_.batch_size);
   schedule_.kind = options_.schedule;
   schedule_.base_lr = options_.lr;
@@ -83,6 +77,29 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, const DataSplits& data, con
   schedule_.step_size = steps_per_epoch_ * step_epochs;
   schedule_.gamma = options_.step_gamma;
   schedule_.min_lr = options_.min_lr;
+  // A process joining a running group takes its state (the group's side:
+  // regroup() after grow()), then sets up as the members do.
+  if (options_.joining) sync_state();
+  attach();
+
+  const auto B = static_cast<std::size_t>(options_.batch_size);
+  batch_x_.resize(B * data_.train.features);
+  if (data_.train.task == Loss::CrossEntropy)
+    batch_labels_.resize(B);
+  else
+    batch_targets_.resize(B * data_.train.outputs);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::attach() {
+  // Gradients in symmetric memory (collective, like the Reducer below):
+  // among the ranks of one machine the buckets' all-reduces then read the
+  // peers' gradients in place instead of passing them through the
+  // shared-memory slots (docs/symmetric-memory.md); elsewhere it is
+  // ordinary memory.
+  model_.keep_gradients_in(comm_->allocate_symmetric(model_.num_parameters() * sizeof(float)));
+  steps_per_epoch_ = mlp::steps_per_epoch(data_.train.size, comm_->size(), options_.batch_size);
 
   // The Reducer sees the flat gradient buffer through the model's views.
   // Backward marks gradients in exactly the reverse registration order, the
@@ -99,18 +116,76 @@ Trainer::Trainer(std::shared_ptr<Communicator> comm, const DataSplits& data, con
   ro.compression = options_.compression;
   ro.rebuild_buckets = false;
   ro.broadcast_parameters = true;  // every rank starts from rank 0's weights
+  reducer_.reset();
   reducer_ = std::make_unique<Reducer>(comm_, model_.params(), model_.grads(),
                                        model_.num_parameters() * sizeof(float), std::move(views), ro);
-
-  const auto B = static_cast<std::size_t>(options_.batch_size);
-  batch_x_.resize(B * data_.train.features);
-  if (data_.train.task == Loss::CrossEntropy)
-    batch_labels_.resize(B);
-  else
-    batch_targets_.resize(B * data_.train.outputs);
 }
 
-Trainer::~Trainer() = default;
+void Trainer::sync_state() {
+  std::int64_t header[13] = {step_,
+                            epoch_,
+                            static_cast<std::int64_t>(pos_),
+                            optimizer_.steps(),
+                            scaler_.good_steps(),
+                            scaler_.skipped_steps(),
+                            schedule_.total_steps,
+                            schedule_.step_size,
+                            0,
+                            evaluating_ ? 1 : 0,
+                            base_world_,
+                            0,
+                            epoch_step_};
+  float scale = scaler_.scale();
+  std::memcpy(&header[8], &scale, sizeof scale);
+  std::memcpy(&header[11], &schedule_step_, sizeof schedule_step_);
+  comm_->broadcast(header, 13, DataType::Int64, 0).wait();
+  step_ = header[0];
+  epoch_ = static_cast<int>(header[1]);
+  pos_ = static_cast<std::uint64_t>(header[2]);
+  optimizer_.set_steps(header[3]);
+  std::memcpy(&scale, &header[8], sizeof scale);
+  scaler_.set_state(scale, header[4], header[5]);
+  schedule_.total_steps = header[6];
+  schedule_.step_size = header[7];
+  evaluating_ = header[9] != 0;
+  base_world_ = static_cast<int>(header[10]);
+  std::memcpy(&schedule_step_, &header[11], sizeof schedule_step_);
+  epoch_step_ = header[12];
+  const std::size_t n = model_.num_parameters();
+  comm_->broadcast(model_.params(), n, DataType::Float32, 0).wait();
+  for (std::size_t i = 0; i < optimizer_.state_names().size(); ++i)
+    comm_->broadcast(optimizer_.state(i).data(), n, DataType::Float32, 0).wait();
+}
+
+bool Trainer::survive(const Error& e) {
+  if (!options_.elastic || (e.code() != ErrorCode::PeerLost && e.code() != ErrorCode::Aborted)) return false;
+  const Clock::time_point since = Clock::now();
+  KIZUNA_LOG(Warn) << "rank " << comm_->rank() << " of " << comm_->size() << " lost a peer at step " << step_
+                   << "; shrinking the group: " << e.what();
+  reducer_.reset();  // its calls on the failed communicator are over
+  regroup(comm_->shrink(), false, since, e.what());
+  return true;
+}
+
+void Trainer::regroup(std::shared_ptr<Communicator> next, bool grew, Clock_point since, const std::string& cause) {
+  RegroupReport r;
+  r.grew = grew;
+  r.world_before = comm_->size();
+  r.cause = cause;
+  reducer_.reset();
+  comm_ = std::move(next);
+  sync_state();
+  attach();
+  (grew ? stats_.grows : stats_.shrinks) += 1;
+  r.world_after = comm_->size();
+  r.step = step_;
+  r.epoch = epoch_;
+  r.seconds = seconds_since(since);
+  KIZUNA_LOG(Info) << (grew ? "grew" : "shrank") << " from " << r.world_before << " to " << r.world_after
+                   << " ranks at step " << step_ << " (epoch " << epoch_ << ", " << pos_ << " samples in) in "
+                   << r.seconds << " s";
+  if (callbacks_ && callbacks_->on_regroup) callbacks_->on_regroup(r);
+}
 
 std::string Trainer::identity() const {
   std::ostringstream o;
@@ -150,28 +225,45 @@ void Trainer::gather(const std::vector<std::uint64_t>& indices, std::size_t firs
 }
 
 void Trainer::train(const TrainerCallbacks& callbacks, int until_epoch) {
+  callbacks_ = &callbacks;
+  struct Forget {
+    const TrainerCallbacks*& p;
+    ~Forget() { p = nullptr; }
+  } forget{callbacks_};
   const int last = until_epoch < 0 ? options_.epochs : std::min(until_epoch, options_.epochs);
-  while (epoch_ < last) {
-    train_epoch(callbacks);
-    ++epoch_;
-    EvalReport report = evaluate();
-    if (callbacks.on_eval) callbacks.on_eval(report);
-    if (!options_.checkpoint.empty()) {
-      save_checkpoint(options_.checkpoint);
-      if (callbacks.on_checkpoint) callbacks.on_checkpoint(epoch_, options_.checkpoint);
+  // Each epoch: its training, then its evaluation and checkpoint. A
+  // failure in either (elastic) regroups, and the group goes on from rank
+  // 0's phase, epoch and position, whatever this rank had reached.
+  while (epoch_ < last || evaluating_) {
+    try {
+      if (!evaluating_) {
+        train_epoch(callbacks);  // ends with epoch_ + 1 and evaluating_
+        continue;
+      }
+      EvalReport report = evaluate_once();
+      if (!options_.checkpoint.empty()) save_checkpoint(options_.checkpoint);
+      evaluating_ = false;
+      if (callbacks.on_eval) callbacks.on_eval(report);
+      if (!options_.checkpoint.empty() && callbacks.on_checkpoint) callbacks.on_checkpoint(epoch_, options_.checkpoint);
+    } catch (const Error& e) {
+      if (!survive(e)) throw;
     }
   }
 }
 
 void Trainer::train_epoch(const TrainerCallbacks& callbacks) {
-  const int world = comm_->size();
-  DistributedSampler sampler(data_.train.size, world, comm_->rank(), /*shuffle=*/true, options_.seed,
-                             /*drop_last=*/false);
+  // The epoch's permutation, as DistributedSampler makes it; step s of W
+  // ranks trains on positions pos .. pos + W * count (pos = s * B * W), rank
+  // r on pos + r, pos + r + W, ...: exactly the sampler's interleaving, and
+  // the sampler's padding (positions past the end wrap to the start) in the
+  // last, shorter step. When the group changes mid-epoch, the positions
+  // still to come are dealt out the same way among the new ranks.
+  const std::uint64_t N = data_.train.size;
+  DistributedSampler sampler(N, 1, 0, /*shuffle=*/true, options_.seed, /*drop_last=*/false);
   sampler.set_epoch(static_cast<std::uint64_t>(epoch_));
-  const std::vector<std::uint64_t> indices = sampler.indices();
+  const std::vector<std::uint64_t> permutation = sampler.permutation();
+  std::vector<std::uint64_t> indices(static_cast<std::size_t>(options_.batch_size));
   const std::size_t n = model_.num_parameters();
-  const std::int64_t log_every =
-      options_.log_every > 0 ? options_.log_every : std::max<std::int64_t>(1, steps_per_epoch_ / 20);
   const bool fp16 = options_.precision == Precision::Float16;
 
   // The window since the last report.
@@ -180,76 +272,116 @@ void Trainer::train_epoch(const TrainerCallbacks& callbacks) {
   std::uint64_t window_samples = 0;
   Clock::time_point window_start = Clock::now();
 
-  for (std::int64_t s = 0; s < steps_per_epoch_; ++s) {
-    const Clock::time_point t0 = Clock::now();
-    const std::size_t first = static_cast<std::size_t>(s) * options_.batch_size;
-    // Every rank has the same number of indices (the sampler pads), so the
-    // last, shorter batch is equally short everywhere.
-    const int count = static_cast<int>(std::min<std::size_t>(options_.batch_size, indices.size() - first));
-    gather(indices, first, count);
+  while (pos_ < N) {
+    {
+      if (options_.elastic) {
+        const Clock::time_point since = Clock::now();
+        if (std::shared_ptr<Communicator> grown = comm_->grow()) {
+          regroup(std::move(grown), true, since, "");
+          continue;  // the newcomers start here too: at grow()
+        }
+      }
+      const int world = comm_->size(), rank = comm_->rank();
+      const std::int64_t log_every =
+          options_.log_every > 0 ? options_.log_every : std::max<std::int64_t>(1, steps_per_epoch_ / 20);
+      const Clock::time_point t0 = Clock::now();
+      // Every rank takes the same count, so the last, shorter batch is
+      // equally short everywhere.
+      const std::uint64_t left = N - pos_;
+      const int count = static_cast<int>(
+          std::min<std::uint64_t>(options_.batch_size, (left + static_cast<std::uint64_t>(world) - 1) / world));
+      for (int b = 0; b < count; ++b)
+        indices[b] = permutation[(pos_ + static_cast<std::uint64_t>(b) * world + rank) % N];
+      gather(indices, 0, count);
 
-    const Targets<float> targets{batch_labels_.empty() ? nullptr : batch_labels_.data(),
-                                 batch_targets_.empty() ? nullptr : batch_targets_.data()};
-    const float loss = model_.forward(batch_x_.data(), targets, count);
-    const float scale = fp16 ? scaler_.scale() : 1.0f;
-    model_.backward(scale, [this](std::size_t index) { reducer_->mark_ready(index); });
-    const Clock::time_point t_wait = Clock::now();
-    reducer_->finalize();  // the mean over ranks of every gradient
-    const double wait = seconds_since(t_wait);
+      const Targets<float> targets{batch_labels_.empty() ? nullptr : batch_labels_.data(),
+                                   batch_targets_.empty() ? nullptr : batch_targets_.data()};
+      const float loss = model_.forward(batch_x_.data(), targets, count);
+      const float scale = fp16 ? scaler_.scale() : 1.0f;
+      model_.backward(scale, [this](std::size_t index) { reducer_->mark_ready(index); });
+      const Clock::time_point t_wait = Clock::now();
+      reducer_->finalize();  // the mean over ranks of every gradient
+      const double wait = seconds_since(t_wait);
 
-    if (callbacks.after_reduce) callbacks.after_reduce(step_, model_.grads(), n);
-    const bool take = fp16 ? scaler_.unscale_and_update(model_.grads(), n) : true;
-    const float lr = learning_rate(schedule_, step_);
-    if (take) optimizer_.step(model_.params(), model_.grads(), lr);
-    ++step_;
+      if (callbacks.after_reduce) callbacks.after_reduce(step_, model_.grads(), n);
+      const bool take = fp16 ? scaler_.unscale_and_update(model_.grads(), n) : true;
+      const float lr = learning_rate(schedule_, static_cast<std::int64_t>(schedule_step_));
+      if (take) optimizer_.step(model_.params(), model_.grads(), lr);
+      ++step_;
+      ++epoch_step_;
+      // The schedule is laid out in steps of the starting world; a step of
+      // another world's moves that many more or fewer samples (exactly 1
+      // while the world has not changed).
+      schedule_step_ += static_cast<double>(world) / base_world_;
+      pos_ += static_cast<std::uint64_t>(count) * world;
 
-    const double dt = seconds_since(t0);
-    stats_.steps += 1;
-    stats_.samples += static_cast<std::uint64_t>(count);
-    stats_.wall_s += dt;
-    stats_.comm_wait_s += wait;
-    window_loss += loss;
-    window_wait += wait;
-    window_steps += 1;
-    window_samples += static_cast<std::uint64_t>(count);
+      const double dt = seconds_since(t0);
+      stats_.steps += 1;
+      stats_.samples += static_cast<std::uint64_t>(count);
+      stats_.wall_s += dt;
+      stats_.comm_wait_s += wait;
+      window_loss += loss;
+      window_wait += wait;
+      window_steps += 1;
+      window_samples += static_cast<std::uint64_t>(count);
 
-    if ((s + 1) % log_every == 0 || s + 1 == steps_per_epoch_) {
-      // The mean loss over every rank's batches: one tiny all-reduce, at the
-      // same steps on every rank.
-      double sums[2] = {window_loss, static_cast<double>(window_steps)};
-      comm_->all_reduce(sums, 2, DataType::Float64, ReduceOp::Sum).wait();
-      const double window_s = seconds_since(window_start);
-      StepReport r;
-      r.step = step_;
-      r.epoch = epoch_;
-      r.step_in_epoch = s + 1;
-      r.steps_per_epoch = steps_per_epoch_;
-      r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
-      r.samples_per_s = window_s > 0 ? static_cast<double>(window_samples) * world / window_s : 0;
-      r.comm_wait_s = window_wait;
-      r.step_s = window_s / static_cast<double>(window_steps);
-      r.lr = lr;
-      r.loss_scale = fp16 ? scaler_.scale() : 1.0f;
-      r.skipped_steps = scaler_.skipped_steps();
-      if (callbacks.on_step) callbacks.on_step(r);
-      window_loss = window_wait = 0;
-      window_steps = 0;
-      window_samples = 0;
-      window_start = Clock::now();
+      const bool last_step = pos_ >= N;
+      if (epoch_step_ % log_every == 0 || last_step) {
+        // The mean loss over every rank's batches: one tiny all-reduce, at
+        // the same steps on every rank.
+        double sums[2] = {window_loss, static_cast<double>(window_steps)};
+        comm_->all_reduce(sums, 2, DataType::Float64, ReduceOp::Sum).wait();
+        const double window_s = seconds_since(window_start);
+        StepReport r;
+        r.step = step_;
+        r.epoch = epoch_;
+        r.step_in_epoch = last_step ? steps_per_epoch_ : std::min(epoch_step_, steps_per_epoch_);
+        r.steps_per_epoch = steps_per_epoch_;
+        r.loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+        r.samples_per_s = window_s > 0 ? static_cast<double>(window_samples) * world / window_s : 0;
+        r.comm_wait_s = window_wait;
+        r.step_s = window_s / static_cast<double>(window_steps);
+        r.lr = lr;
+        r.loss_scale = fp16 ? scaler_.scale() : 1.0f;
+        r.skipped_steps = scaler_.skipped_steps();
+        if (callbacks.on_step) callbacks.on_step(r);
+        window_loss = window_wait = 0;
+        window_steps = 0;
+        window_samples = 0;
+        window_start = Clock::now();
+      }
+      if (options_.eval_every > 0 && step_ % options_.eval_every == 0 && !last_step) {
+        EvalReport report = evaluate_once();
+        if (callbacks.on_eval) callbacks.on_eval(report);
+        window_start = Clock::now();  // evaluation time is not training time
+      }
     }
-    if (options_.eval_every > 0 && step_ % options_.eval_every == 0 && s + 1 != steps_per_epoch_) {
-      EvalReport report = evaluate();
-      if (callbacks.on_eval) callbacks.on_eval(report);
-      window_start = Clock::now();  // evaluation time is not training time
+  }
+  // Every position of the permutation once, over however many regroupings
+  // (a step lost to a failure does not move pos_).
+  stats_.last_epoch_samples = std::min(pos_, N);
+  ++epoch_;
+  pos_ = 0;
+  epoch_step_ = 0;
+  evaluating_ = true;
+}
+
+EvalReport Trainer::evaluate() {
+  for (;;) {
+    try {
+      return evaluate_once();
+    } catch (const Error& e) {
+      if (!survive(e)) throw;
     }
   }
 }
 
-EvalReport Trainer::evaluate() {
+EvalReport Trainer::evaluate_once() {
   const Dataset& d = data_.test;
   EvalReport report;
   report.step = step_;
   report.epoch = epoch_;
+  report.epochs = epoch_ + static_cast<double>(pos_) / static_cast<double>(std::max<std::uint64_t>(data_.train.size, 1));
   const int world = comm_->size(), rank = comm_->rank();
   // This rank's contiguous share of the test set.
   const std::size_t lo = d.size * rank / world, hi = d.size * (rank + 1) / world;
@@ -340,6 +472,7 @@ bool Trainer::resume() {
     ck.get("optimizer." + names[i], optimizer_.state(i).data(), n, DataType::Float32);
   optimizer_.set_steps(ck.get_int("optimizer.steps"));
   step_ = ck.get_int("step");
+  schedule_step_ = static_cast<double>(step_);
   epoch_ = static_cast<int>(ck.get_int("epoch"));
   Rng::State state{};
   ck.get("rng", state.data(), state.size(), DataType::UInt64);

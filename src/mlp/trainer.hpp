@@ -87,6 +87,15 @@ struct TrainOptions {
   // A description of the data, part of the checkpoint's identity
   // ("fashion-mnist", "random:10:5:8192", "fashion-mnist[:10000]").
   std::string data_tag;
+  // Elastic training (docs/trainer.md#elastic-training): a collective that
+  // fails with PeerLost or Aborted shrinks the group to its survivors
+  // (Communicator::shrink), and every step starts by admitting processes
+  // waiting to join (Communicator::grow); either way the group takes rank
+  // 0's state and goes on.
+  bool elastic = false;
+  // This process joins a running elastic group (its communicator came from
+  // Communicator::join): the constructor receives the group's state.
+  bool joining = false;
 };
 
 // Progress, every log_every steps and at the end of each epoch (rank 0's
@@ -108,15 +117,29 @@ struct StepReport {
 struct EvalReport {
   std::int64_t step = 0;
   int epoch = 0;          // epochs completed
+  double epochs = 0;      // the same with the fraction of the current one
   double loss = 0;        // mean test loss
   double accuracy = -1;   // classification only (-1 for regression)
   std::uint64_t samples = 0;
+};
+
+// The group changed (elastic training): shrunk after a loss, or grown by
+// processes that joined.
+struct RegroupReport {
+  bool grew = false;
+  int world_before = 0;
+  int world_after = 0;
+  std::int64_t step = 0;  // steps done, the step the group goes on from
+  int epoch = 0;          // 0-based epoch in progress
+  double seconds = 0;     // from the failure (or the grow) to going on
+  std::string cause;      // the error that started a shrink
 };
 
 struct TrainerCallbacks {
   std::function<void(const StepReport&)> on_step;
   std::function<void(const EvalReport&)> on_eval;
   std::function<void(int epoch, const std::string& path)> on_checkpoint;
+  std::function<void(const RegroupReport&)> on_regroup;
   // Test hook: runs after the all-reduce, before the loss scaler looks at
   // the gradients (step = steps done before this one).
   std::function<void(std::int64_t step, float* grads, std::size_t n)> after_reduce;
@@ -128,9 +151,16 @@ struct TrainStats {
   std::uint64_t samples = 0;        // this rank's
   double wall_s = 0;                // inside train steps
   double comm_wait_s = 0;           // blocked in finalize (exposed communication)
+  int shrinks = 0, grows = 0;       // elastic training's regroupings
+  // The samples of the last complete epoch the group trained on in steps
+  // that counted (each position of the epoch's permutation once, however
+  // the group changed; a step lost to a failure is done again).
+  std::uint64_t last_epoch_samples = 0;
 };
 
 class Trainer {
+  using Clock_point = std::chrono::steady_clock::time_point;
+
  public:
   // `data` must outlive the Trainer. comm may be a one-rank communicator.
   Trainer(std::shared_ptr<Communicator> comm, const DataSplits& data, const TrainOptions& options);
@@ -192,6 +222,16 @@ class Trainer {
 
  private:
   void train_epoch(const TrainerCallbacks& callbacks);
+  // Gradient memory, steps per epoch and the Reducer, for comm_.
+  void attach();
+  // Every rank takes rank 0's state: parameters, optimizer, step, epoch,
+  // position in the epoch, loss scale, schedule.
+  void sync_state();
+  // Elastic: on PeerLost or Aborted, shrinks to the survivors and returns
+  // true; otherwise false (the caller rethrows).
+  bool survive(const Error& e);
+  void regroup(std::shared_ptr<Communicator> next, bool grew, Clock_point since, const std::string& cause);
+  EvalReport evaluate_once();
   void gather(const std::vector<std::uint64_t>& indices, std::size_t first, int count);
 
   std::shared_ptr<Communicator> comm_;
@@ -206,6 +246,18 @@ class Trainer {
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t step_ = 0;
   int epoch_ = 0;  // epochs completed
+  // Positions of the current epoch's permutation the group has trained on
+  // (elastic or not: step s of W ranks starts at s * batch * W).
+  std::uint64_t pos_ = 0;
+  std::int64_t epoch_step_ = 0;  // the group's steps in the current epoch (what progress reports count)
+  // Where the learning-rate schedule is, in steps of the starting world
+  // (base_world_ ranks): step_ while the world has not changed.
+  double schedule_step_ = 0;
+  int base_world_ = 1;
+  // The current epoch_'s training is done; its evaluation (and checkpoint)
+  // is not.
+  bool evaluating_ = false;
+  const TrainerCallbacks* callbacks_ = nullptr;  // during train()
   TrainStats stats_;
   // This rank's batch.
   std::vector<float> batch_x_;

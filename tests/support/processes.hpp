@@ -84,6 +84,13 @@ class ProcessGroup {
 
   pid_t pid(int index) const { return procs_[index].pid; }
   void kill(int index, int sig) { ::kill(procs_[index].pid, sig); }
+  // What process `index` has written so far.
+  std::string output(int index) const {
+    std::ifstream in(procs_[index].log);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
 
   // Reaps every process; the ones still running at `deadline` are killed.
   std::vector<ProcessResult> wait(std::chrono::milliseconds timeout) {

@@ -125,6 +125,10 @@ const std::vector<Flag>& flags() {
        [](CliOptions& o, std::string_view v) { o.train.checkpoint = v; }},
       {"--resume", nullptr, "continue from --checkpoint if it exists (start afresh if it does not)",
        [](CliOptions& o, std::string_view) { o.resume = true; }},
+      {"--elastic", nullptr,
+       "keep training when a rank dies: the survivors shrink the group and go on, and a replacement "
+       "(kizuna-run --elastic) joins at the next step",
+       [](CliOptions& o, std::string_view) { o.train.elastic = true; }},
       {"--seed", "S", "seed of the weights and the data order (default 0)",
        [](CliOptions& o, std::string_view v) {
          o.train.seed = static_cast<std::uint64_t>(integer("--seed", v, 0, INT64_MAX));
@@ -167,7 +171,7 @@ std::string usage_line() {
   return "usage: kizuna-train [--data fashion-mnist|random] [--hidden 512,256] [--epochs E] [--batch-size B]\n"
          "                    [--lr LR] [--optimizer sgd|adamw] [--schedule constant|step|cosine] [--warmup N]\n"
          "                    [--weight-decay WD] [--bucket-mb MB] [--compress none|fp16|bf16]\n"
-         "                    [--precision fp32|bf16|fp16] [--checkpoint PATH [--resume]] [--seed S]\n"
+         "                    [--precision fp32|bf16|fp16] [--checkpoint PATH [--resume]] [--elastic] [--seed S]\n"
          "                    [--eval-every N] [--metrics FILE] [--plot FILE.png] [more: --help]";
 }
 

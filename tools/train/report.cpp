@@ -135,11 +135,11 @@ void Report::on_step(const mlp::StepReport& r) {
   std::fflush(stdout);
 }
 
-void Report::on_eval(const mlp::EvalReport& r, std::int64_t steps_per_epoch, double elapsed_s) {
+void Report::on_eval(const mlp::EvalReport& r, double elapsed_s) {
   end_line();
   test_loss_.push_back({r.step, r.loss});
   if (r.accuracy >= 0) accuracy_.push_back({r.step, r.accuracy});
-  const double epoch = static_cast<double>(r.step) / static_cast<double>(steps_per_epoch);
+  const double epoch = r.epochs;
   if (csv_) {
     std::fprintf(csv_, "%lld,%.4f,,%.6f,", static_cast<long long>(r.step), epoch, r.loss);
     if (r.accuracy >= 0) std::fprintf(csv_, "%.6f", r.accuracy);

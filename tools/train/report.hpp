@@ -40,7 +40,7 @@ class Report {
   ~Report();
 
   void on_step(const mlp::StepReport& r);
-  void on_eval(const mlp::EvalReport& r, std::int64_t steps_per_epoch, double elapsed_s);
+  void on_eval(const mlp::EvalReport& r, double elapsed_s);
   // Ends a progress bar that is still drawn (before other output).
   void end_line();
 

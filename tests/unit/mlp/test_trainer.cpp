@@ -11,9 +11,12 @@
 
 #include <kizuna/distributed_sampler.hpp>
 #include <kizuna/error.hpp>
+#include <kizuna/hash_store.hpp>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -413,4 +416,66 @@ TEST_CASE("measure_overlap times compute, communication and both without trainin
   }
   CHECK(got[0].compute_s == got[1].compute_s);  // the slowest rank's, on both
   CHECK(got[0].comm_s == got[1].comm_s);
+}
+
+TEST_CASE("elastic: a rank lost mid-epoch, the survivors go on, a replacement joins, every replica agrees",
+          "[mlp][trainer][elastic]") {
+  set_blas_threads(1);
+  const DataSplits data = blobs(600, 200, 6, 3, 5);
+  TrainOptions o = small_options(OptimizerKind::Sgd);
+  o.batch_size = 8;
+  o.elastic = true;
+  CommOptions co;
+  co.store = std::make_shared<HashStore>();
+  co.name = "test/elastic";
+  co.setup_timeout = std::chrono::seconds(20);
+  auto comms = test::make_comms(3, co);
+  constexpr std::int64_t kDieAt = 20;  // rank 1's step
+  std::vector<std::vector<float>> params(4);
+  std::vector<int> worlds(4, 0);
+  std::vector<TrainStats> stats(4);
+  std::atomic<bool> shrunk{false};
+  test::run_ranks(4, [&](int r) {
+    if (r == 3) {  // the replacement, once the survivors have shrunk
+      while (!shrunk.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      TrainOptions joining = o;
+      joining.joining = true;
+      Trainer trainer(Communicator::join(co), data, joining);
+      trainer.train();
+      params[r].assign(trainer.model().params(), trainer.model().params() + trainer.model().num_parameters());
+      worlds[r] = trainer.communicator().size();
+      stats[r] = trainer.stats();
+      return;
+    }
+    Trainer trainer(comms[r], data, o);
+    TrainerCallbacks cb;
+    cb.after_reduce = [&](std::int64_t step, float*, std::size_t) {
+      if (r == 1 && step == kDieAt) {
+        comms[1]->abort("simulated crash");
+        throw std::runtime_error("rank 1 dies");  // not a kizuna::Error: nothing survives it
+      }
+    };
+    cb.on_regroup = [&](const RegroupReport& rr) {
+      if (rr.grew) return;
+      shrunk = true;
+      // Go on once the replacement waits (its ticket is taken, grow.cpp),
+      // so that the group admits it at its next step rather than finishing
+      // first.
+      while (co.store->add("test/elastic/join/tickets", 0) < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+    try {
+      trainer.train(cb);
+    } catch (const std::runtime_error& e) {
+      if (r == 1 && std::string(e.what()) == "rank 1 dies") return;
+      throw;
+    }
+    params[r].assign(trainer.model().params(), trainer.model().params() + trainer.model().num_parameters());
+    worlds[r] = trainer.communicator().size();
+    stats[r] = trainer.stats();
+  });
+  CHECK(worlds[0] == 3);
+  CHECK(stats[0].shrinks == 1);
+  CHECK(stats[0].grows == 1);
+  CHECK(stats[0].last_epoch_samples == 600);
+  for (int r : {2, 3}) CHECK(params[r] == params[0]);
 }
