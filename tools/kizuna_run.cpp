@@ -143,6 +143,7 @@ class Launcher {
         (plan.cpus.empty() ? "" : ", bound to CPUs " + cpu_list(plan.cpus)));
 
     const std::vector<std::string> inherited = inherited_environment();
+    inherited_ = inherited;
     for (int round = 0;; ++round) {
       try {
         group.start(round, environments(inherited, rdzv, round));
@@ -172,7 +173,11 @@ class Launcher {
         } catch (...) {
           // Finished anyway: a node that cannot say goodbye changes nothing.
         }
-        say("all " + std::to_string(world) + " workers exited with code 0");
+        if (lost_ > 0)
+          say("every worker still in the job exited with code 0 (" + std::to_string(lost_) + " lost, " +
+              std::to_string(replacements_) + " replaced along the way)");
+        else
+          say("all " + std::to_string(world) + " workers exited with code 0");
         return 0;
       }
 
@@ -206,7 +211,7 @@ class Launcher {
       if (outcome.kind == Outcome::LocalFailure) failure = cause_of(group, failure);
 
       const bool failed = outcome.kind == Outcome::LocalFailure || outcome.kind == Outcome::RemoteFailure;
-      if (failed && round < o_.max_restarts) {
+      if (failed && round < o_.max_restarts && o_.elastic_min == 0) {
         say("restarting the workers (restart " + std::to_string(round + 1) + " of " +
             std::to_string(o_.max_restarts) + ", store prefix " + rdzv.round_prefix(round + 1) + ")");
         continue;
@@ -271,13 +276,55 @@ class Launcher {
     return out;
   }
 
+  // --elastic: worker `e` failed. While at least MIN others run, the job
+  // goes on (the workers shrink their communicator themselves) and, while
+  // --max-restarts allows, a replacement starts with KIZUNA_JOIN=1 to join
+  // them; false when too few are left.
+  bool go_on_without(WorkerGroup& group, const WorkerExit& e, Rendezvous& rdzv, int round) {
+    const int running = group.running();
+    const std::string who = "rank " + std::to_string(e.rank) + " (local rank " + std::to_string(e.local_rank) +
+                            ", pid " + std::to_string(e.pid) + ") " + e.how();
+    const std::string bounds = std::to_string(o_.elastic_min) + ":" + std::to_string(o_.elastic_max);
+    if (running < o_.elastic_min) {
+      say(who + "; only " + std::to_string(running) + " worker" + (running == 1 ? "" : "s") +
+          " left, fewer than --elastic " + bounds + " allows");
+      return false;
+    }
+    group.forgive(e.pid);
+    ++lost_;
+    std::string said = who + "; the other " + std::to_string(running) + " go on (--elastic " + bounds + ")";
+    if (replacements_ < o_.max_restarts) {
+      std::vector<std::string> env = environments(inherited_, rdzv, round).at(e.local_rank);
+      env.push_back("KIZUNA_JOIN=1");
+      try {
+        group.replace(e.local_rank, env);
+        ++replacements_;
+        said += "; started a replacement that joins them (" + std::to_string(replacements_) + " of " +
+                std::to_string(o_.max_restarts) + ")";
+      } catch (const Error& error) {
+        said += std::string("; could not start a replacement: ") + error.what();
+      }
+    }
+    say(said);
+    return true;
+  }
+
   // Runs the event loop until this round is decided.
   Outcome supervise(WorkerGroup& group, Rendezvous& rdzv, int round) {
     auto next_check = Clock::now();
+    std::size_t seen = 0;  // exits looked at (--elastic)
     for (;;) {
       const int sig = group.pump(rdzv.multi_node() ? Rendezvous::kPollInterval : milliseconds(1000));
       if (sig != 0) return {Outcome::Signal, "", sig};
-      if (group.first_failure()) return {Outcome::LocalFailure, ""};
+      if (o_.elastic_min > 0) {
+        for (; seen < group.exits().size(); ++seen) {
+          const WorkerExit e = group.exits()[seen];
+          if (e.ok() || e.stopped) continue;
+          if (!go_on_without(group, e, rdzv, round)) return {Outcome::LocalFailure, ""};
+        }
+      } else if (group.first_failure()) {
+        return {Outcome::LocalFailure, ""};
+      }
       if (group.all_succeeded()) return {Outcome::Success, ""};
       if (rdzv.multi_node() && Clock::now() >= next_check) {
         try {
@@ -410,6 +457,9 @@ class Launcher {
   }
 
   const RunOptions& o_;
+  std::vector<std::string> inherited_;  // the environment every worker starts from
+  int lost_ = 0;                        // --elastic: workers the job went on without
+  int replacements_ = 0;                // --elastic: replacements started
 };
 
 // Descriptors 0-2 open, so that no pipe lands there and a worker's stdout

@@ -18,7 +18,9 @@
 // at the same iteration and none leaves a survivor behind. "elastic" does
 // the same and, at each of those checks, calls Communicator::grow() to
 // admit processes waiting to join; "join" is such a process: it joins the
-// running group (Communicator::join) and then behaves as "elastic". After
+// running group (Communicator::join) and then behaves as "elastic", as does
+// an "elastic" one started with KIZUNA_JOIN=1 (kizuna-run --elastic's
+// replacement). After
 // a shrink or a grow, the group goes on from the highest iteration any
 // rank reached (an all-reduce with Max: the state a newcomer is sent).
 //
@@ -184,10 +186,16 @@ int main(int argc, char** argv) {
   for (;;) {
     bool regroup = false;
     try {
-      if (!comm && mode == "join") {
-        CommOptions options;
-        options.store = Store::from_env();
-        comm = Communicator::join(options);
+      const char* join_env = std::getenv("KIZUNA_JOIN");
+      if (!comm && (mode == "join" || (elastic && join_env != nullptr && std::string(join_env) == "1"))) {
+        // kizuna-run --elastic's replacement (KIZUNA_JOIN=1): from_env joins
+        if (mode == "join") {
+          CommOptions options;
+          options.store = Store::from_env();
+          comm = Communicator::join(options);
+        } else {
+          comm = Communicator::from_env();
+        }
         std::printf("joined at %lld as rank %d of %d\n", monotonic_ns(), comm->rank(), comm->size());
         resumed = false;
       } else if (!comm) {

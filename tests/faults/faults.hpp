@@ -59,7 +59,7 @@ inline const std::vector<std::string> kLaunchVariables = {
     "RANK",        "LOCAL_RANK",  "WORLD_SIZE",   "LOCAL_WORLD_SIZE",    "NODE_RANK",           "GROUP_RANK",
     "MASTER_ADDR", "MASTER_PORT", "KIZUNA_STORE", "KIZUNA_STORE_PREFIX", "KIZUNA_SOCKET_IFNAME", "KIZUNA_ALGO",
     "KIZUNA_TRANSPORT", "KIZUNA_TIMEOUT", "KIZUNA_STORE_TIMEOUT", "KIZUNA_CHECK", "KIZUNA_STORE_TOKEN",
-    "KZ_FAULTS_REPORT", "KZ_FAULTS_SEED"};
+    "KZ_FAULTS_REPORT", "KZ_FAULTS_SEED", "KZ_FAULTS_REPEAT"};
 
 inline long long now_ns(Clock::time_point t = Clock::now()) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();

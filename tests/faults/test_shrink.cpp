@@ -8,7 +8,8 @@
 // store host's own case, where every survivor must fail with an error
 // naming the store instead of hanging.
 //
-// Trials are seeded (KZ_FAULTS_SEED, printed); two run at a time. Each
+// Trials are seeded (KZ_FAULTS_SEED, printed; KZ_FAULTS_REPEAT=N for N
+// times as many); two run at a time. Each
 // case prints its figures ("FAULTS |", the time from the kill to the first
 // right iteration on the shrunk group in the detection columns).
 #include <catch2/catch.hpp>
@@ -185,11 +186,18 @@ std::vector<int> draw_victims(std::mt19937& rng, int n) {
   return pool;
 }
 
+// KZ_FAULTS_REPEAT=N runs every matrix N times over (more trials for
+// docs/reliability.md; default 1).
+int repeat() {
+  const char* s = std::getenv("KZ_FAULTS_REPEAT");
+  return s != nullptr && std::atoi(s) > 0 ? std::atoi(s) : 1;
+}
+
 std::vector<Trial> matrix(unsigned salt, int victims, int gap_lo, int gap_hi, int per_cell,
                           const std::vector<std::string>& collectives) {
   std::mt19937 rng(base_seed() ^ salt);
   std::vector<Trial> out;
-  for (int k = 0; k < per_cell; ++k)
+  for (int k = 0; k < per_cell * repeat(); ++k)
     for (const char* transport : {"shm", "tcp"})
       for (const std::string& c : collectives) {
         Trial t;

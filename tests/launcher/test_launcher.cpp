@@ -31,6 +31,7 @@ const std::string kRun = kBin + "/bin/kizuna-run";
 const std::string kStoreTool = kBin + "/bin/kizuna-store";
 const std::string kWorker = kBin + "/tests/multiproc/kizuna-test-worker";
 const std::string kLaunchee = kBin + "/tests/launcher/kizuna-test-launchee";
+const std::string kFaultWorker = kBin + "/tests/faults/kizuna-fault-worker";
 
 // Launcher variables a test's own environment must not leak into a job.
 const std::vector<std::string> kLauncherVariables = {
@@ -525,6 +526,64 @@ TEST_CASE("without restarts the same job fails, naming the rank and the code", "
   CHECK(r.exit_code == 1);
   CHECK(contains(r.output, "kizuna-run: job failed: rank 1 exited with code 5"));
   CHECK_FALSE(contains(r.output, "restarting"));
+}
+
+namespace {
+
+// kizuna-run --elastic with 4 kizuna-fault-worker ranks in "elastic" mode
+// (all-reduces checked exactly for 4 s; a lost rank shrinks the group, and
+// each step boundary admits whoever joins); rank 2 is SIGKILLed once it runs.
+JobResult run_elastic(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv{kRun, "--nproc-per-node", "4"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  for (const char* a : {"--", kFaultWorker.c_str(), "all_reduce", "4099", "100000000", "4", "elastic"}) argv.push_back(a);
+  Job job(argv, {}, kLauncherVariables);
+  const std::regex ready(R"(\[2\] ready rank 2 of 4 pid ([0-9]+))");
+  std::smatch m;
+  std::string out;
+  REQUIRE(wait_for([&] { return std::regex_search(out = job.output(), m, ready); }, 60s));
+  std::this_thread::sleep_for(300ms);
+  ::kill(static_cast<pid_t>(std::stol(m[1])), SIGKILL);
+  return job.wait(90s);
+}
+
+int count(const std::string& text, const std::regex& re) {
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+}  // namespace
+
+TEST_CASE("--elastic: a worker killed, the others go on, its replacement joins them, and the job succeeds",
+          "[launcher][elastic]") {
+  const JobResult r = run_elastic({"--elastic", "3:4", "--max-restarts", "1"});
+  INFO(r.output);
+  REQUIRE(r.ok());
+  CHECK(std::regex_search(r.output, std::regex(R"(kizuna-run: rank 2 \(local rank 2, pid [0-9]+\) was killed by SIGKILL)"
+                                               R"( \(signal 9: Killed\); the other 3 go on \(--elastic 3:4\); started a)"
+                                               R"( replacement that joins them \(1 of 1\))")));
+  CHECK(count(r.output, std::regex(R"(\] shrunk at [0-9]+ to rank [0-2] of 3)")) == 3);
+  CHECK(count(r.output, std::regex(R"(\[2\] joined at [0-9]+ as rank 3 of 4)")) == 1);
+  CHECK(count(r.output, std::regex(R"(\] grew at [0-9]+ to rank [0-2] of 4)")) == 3);
+  CHECK(count(r.output, std::regex(R"(\] done [0-9]+ iterations)")) == 4);
+  CHECK_FALSE(contains(r.output, "] wrong "));
+  CHECK(contains(r.output, "kizuna-run: every worker still in the job exited with code 0 (1 lost, 1 replaced along the way)"));
+}
+
+TEST_CASE("--elastic without restarts: the others finish without the killed worker; below MIN the job fails",
+          "[launcher][elastic]") {
+  const JobResult r = run_elastic({"--elastic", "3:4"});
+  INFO(r.output);
+  REQUIRE(r.ok());
+  CHECK(contains(r.output, "the other 3 go on (--elastic 3:4)\n"));
+  CHECK(count(r.output, std::regex(R"(\] done [0-9]+ iterations)")) == 3);
+  CHECK(contains(r.output, "(1 lost, 0 replaced along the way)"));
+
+  const JobResult strict = run_elastic({"--elastic", "4:4"});
+  INFO(strict.output);
+  REQUIRE_FALSE(strict.hung);
+  CHECK(strict.exit_code == 1);
+  CHECK(contains(strict.output, "only 3 workers left, fewer than --elastic 4:4 allows"));
+  CHECK(contains(strict.output, "kizuna-run: job failed: rank 2 was killed by SIGKILL"));
 }
 
 TEST_CASE("Open MPI's mpirun starts 4 kizuna workers that pass the all-reduce check", "[launcher][mpi]") {

@@ -99,6 +99,18 @@ void declare(CLI::App& app, RunOptions& o) {
                    "after a worker fails, restart this node's workers up to R\n"
                    "times; each round rendezvouses afresh (default 0)",
                    [&o](const std::string& v) { o.max_restarts = to_int("--max-restarts", v, 0, kMaxRestarts); });
+  tools::add_value(app, "--elastic", "MIN:MAX",
+                   "one node: when a worker dies the others go on while at least\n"
+                   "MIN run, and --max-restarts counts replacements, each started\n"
+                   "with KIZUNA_JOIN=1 to join the running group; MAX bounds the\n"
+                   "world (at least --nproc-per-node) (default off)",
+                   [&o](const std::string& v) {
+                     const std::size_t colon = v.find(':');
+                     if (colon == std::string::npos)
+                       throw UsageError("--elastic " + v + ": expected MIN:MAX, e.g. 3:4");
+                     o.elastic_min = to_int("--elastic MIN", v.substr(0, colon), 1, 1 << 20);
+                     o.elastic_max = to_int("--elastic MAX", v.substr(colon + 1), 1, 1 << 20);
+                   });
   tools::add_value(app, "--log-dir,--log_dir", "DIR",
                    "write each rank's output (stdout and stderr) to DIR/rank<R>.log\n"
                    "instead of the console (default: the console only)",
@@ -173,6 +185,7 @@ std::vector<int> binding(RunOptions::Bind bind, int workers) {
 const char* usage_line() {
   return "usage: kizuna-run [--nproc-per-node N|auto] [--nnodes M] [--node-rank K]\n"
          "                  [--master-addr A] [--master-port P] [--max-restarts R]\n"
+         "                  [--elastic MIN:MAX] [--port-range LO-HI]\n"
          "                  [--log-dir DIR] [--tee] [--timeout S] [--bind auto|core|none]\n"
          "                  [--] program [args...]\n";
 }
@@ -197,6 +210,8 @@ std::string help_text() {
          "\n"
          "When a worker exits non-zero or is killed by a signal, kizuna-run stops the others\n"
          "(SIGTERM, then SIGKILL 5 s later), prints which rank failed, how, and its last lines.\n"
+         "With --elastic the others go on instead (they shrink their communicator), and a\n"
+         "replacement joins them (docs/launcher.md#elastic-jobs).\n"
          "SIGINT or SIGTERM to kizuna-run stops every worker; workers also die with kizuna-run.\n"
          "\n"
          "exit status: 0 every worker succeeded; 1 a worker failed (no restarts left) or the\n"
@@ -229,6 +244,15 @@ RunOptions parse_options(int argc, char** argv) {
   if (o.master_port == 0 && o.nnodes > 1)
     throw UsageError("--master-port 0 cannot work with several nodes: the other nodes must know the port");
   if (o.master_port < 0 && o.nnodes > 1) o.master_port = RunOptions::kDefaultMultiNodePort;
+  if (o.elastic_min > 0) {
+    if (o.nnodes > 1) throw UsageError("--elastic works on one node (--nnodes 1) for now");
+    if (o.elastic_min > o.elastic_max)
+      throw UsageError("--elastic " + std::to_string(o.elastic_min) + ":" + std::to_string(o.elastic_max) +
+                       ": MIN is above MAX");
+    if (o.elastic_min > o.nproc_per_node || o.elastic_max < o.nproc_per_node)
+      throw UsageError("--elastic " + std::to_string(o.elastic_min) + ":" + std::to_string(o.elastic_max) +
+                       ": --nproc-per-node " + std::to_string(o.nproc_per_node) + " must lie within MIN:MAX");
+  }
   if (o.tee && o.log_dir.empty()) throw UsageError("--tee needs --log-dir (without it the console is the only output)");
   const std::size_t cpus = allowed_cpus().size();
   if (o.bind == RunOptions::Bind::Core && static_cast<std::size_t>(o.nproc_per_node) > cpus)

@@ -28,6 +28,11 @@ struct RunOptions {
   std::string master_addr;  // "" when not given: 127.0.0.1 on one node
   int master_port = -1;     // -1 when not given: a free port (one node) or 29500
   int max_restarts = 0;
+  // --elastic MIN:MAX (one node): a worker that dies does not end the job
+  // while at least MIN workers run; its replacements (up to max_restarts)
+  // join the running group (KIZUNA_JOIN=1). 0: not elastic.
+  int elastic_min = 0;
+  int elastic_max = 0;
   std::string port_range;   // --port-range LO-HI: the workers' KIZUNA_PORT_RANGE ("" keeps the environment's)
   std::string log_dir;      // "" = console only
   bool tee = false;

@@ -202,10 +202,22 @@ void WorkerGroup::start(int round, const std::vector<std::vector<std::string>>& 
   round_ = round;
   exits_.clear();
   first_failure_.reset();
+  forgiven_.clear();
   workers_.clear();
   if (round > 0)
     for (auto& out : outputs_) out->note("--- kizuna-run: restart " + std::to_string(round) + " ---");
+  for (int i = 0; i < plan_.count; ++i) spawn(i, environment[i]);
+}
 
+void WorkerGroup::replace(int local_rank, const std::vector<std::string>& environment) {
+  outputs_[local_rank]->note("--- kizuna-run: a replacement for rank " + std::to_string(plan_.first_rank + local_rank) +
+                             " ---");
+  spawn(local_rank, environment);
+}
+
+void WorkerGroup::forgive(pid_t pid) { forgiven_.push_back(pid); }
+
+void WorkerGroup::spawn(int i, const std::vector<std::string>& environment) {
   std::vector<char*> argv;
   for (const auto& a : plan_.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -213,12 +225,10 @@ void WorkerGroup::start(int round, const std::vector<std::vector<std::string>>& 
   const int max_fd = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < 65536
                          ? static_cast<int>(files.rlim_cur)
                          : 65536;
-
-  for (int i = 0; i < plan_.count; ++i) {
+  {
     std::vector<char*> envp;
-    for (const auto& e : environment[i]) envp.push_back(const_cast<char*>(e.c_str()));
+    for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
-
     auto w = std::make_unique<Worker>();
     w->local_rank = i;
     w->rank = plan_.first_rank + i;
@@ -294,8 +304,10 @@ int WorkerGroup::running() const {
 }
 
 bool WorkerGroup::all_succeeded() const {
-  if (static_cast<int>(exits_.size()) != plan_.count) return false;
-  return std::all_of(exits_.begin(), exits_.end(), [](const WorkerExit& e) { return e.ok(); });
+  if (exits_.size() != workers_.size()) return false;
+  return std::all_of(exits_.begin(), exits_.end(), [this](const WorkerExit& e) {
+    return e.ok() || std::find(forgiven_.begin(), forgiven_.end(), e.pid) != forgiven_.end();
+  });
 }
 
 std::vector<pid_t> WorkerGroup::pids() const {

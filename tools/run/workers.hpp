@@ -74,13 +74,20 @@ class WorkerGroup {
   // the ones already started are then stopped.
   void start(int round, const std::vector<std::vector<std::string>>& environment);
 
+  // Starts another worker for `local_rank` in this round (elastic jobs: a
+  // replacement for one that died), with `environment`. Throws as start().
+  void replace(int local_rank, const std::vector<std::string>& environment);
+  // The failure of worker `pid` does not fail the round (elastic jobs: the
+  // others went on without it): all_succeeded() passes over it.
+  void forgive(pid_t pid);
+
   // Waits up to `timeout` for worker output, worker exits or a signal, and
   // handles them. Returns SIGINT, SIGTERM or SIGHUP when one arrived, else 0.
   int pump(std::chrono::milliseconds timeout);
 
   // The first worker of this round that failed, in the order they were reaped.
   const std::optional<WorkerExit>& first_failure() const { return first_failure_; }
-  // Every worker of this round exited with 0.
+  // Every worker of this round has exited, with 0 or forgiven.
   bool all_succeeded() const;
   int running() const;
 
@@ -104,6 +111,7 @@ class WorkerGroup {
   // Reaps every child that exited (workers, and orphans of workers);
   // returns whether kizuna-run still has children.
   bool reap();
+  void spawn(int local_rank, const std::vector<std::string>& environment);
   void drain(Worker& w, bool until_eof);
   void close_pipes(Worker& w);
   void kill_groups(int signal);
@@ -118,6 +126,7 @@ class WorkerGroup {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<WorkerExit> exits_;
   std::optional<WorkerExit> first_failure_;
+  std::vector<pid_t> forgiven_;
   int round_ = 0;
   bool stopping_ = false;
   int left_behind_ = 0;
