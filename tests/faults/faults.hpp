@@ -376,6 +376,18 @@ inline double ms_since(Clock::time_point from, long long at_ns) {
 
 // --- one trial's survivors -------------------------------------------------
 
+// Waits up to `timeout` for every rank to say it is ready. If they do not,
+// records why in `res` (with every rank's output), reaps them, and returns
+// false: the trial has nothing more to check.
+inline bool all_ready(Ranks& ranks, TrialResult& res, std::chrono::milliseconds timeout = 20s) {
+  std::string why;
+  if (ranks.wait_ready(timeout, why)) return true;
+  res.problems.push_back("set-up: " + why);
+  ranks.wait(ranks.all(), Clock::now());
+  res.log = ranks.describe();
+  return false;
+}
+
 // The part of judging a survivor that every fault shares: counts it; a
 // survivor that hung (`hung_note` says for how long) or raised no error is a
 // problem, and then there is nothing more to check (nullopt). Otherwise

@@ -78,13 +78,7 @@ TrialResult run_trial(const Trial& t, const std::string& transport) {
     env["KIZUNA_STORE_TIMEOUT"] = "20";
     ranks.start({kWorker, t.cell.collective, std::to_string(t.count), "100000000", "25"}, env);
   }
-  std::string why;
-  if (!ranks.wait_ready(20s, why)) {
-    res.problems.push_back("set-up: " + why);
-    ranks.wait(ranks.all(), Clock::now());
-    res.log = ranks.describe();
-    return res;
-  }
+  if (!all_ready(ranks, res)) return res;
   std::this_thread::sleep_for(std::chrono::milliseconds(t.delay_ms));
   const auto killed_at = Clock::now();
   ranks[t.victim].signal(SIGKILL);

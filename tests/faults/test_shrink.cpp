@@ -57,30 +57,17 @@ TrialResult run_trial(const Trial& t) {
     return res;
   }
   Ranks ranks;
-  for (int r = 0; r < kWorld; ++r) {
+  // Rank r, in `mode`: "shrink", "elastic", or "join" (a replacement).
+  const auto start = [&](int r, const char* mode) {
     Job::Env env = rank_env(r, kWorld, "127.0.0.1", port);
     env["KIZUNA_TRANSPORT"] = t.transport;
     env["KIZUNA_TIMEOUT"] = "30";  // far beyond the trial: only the loss can end a call in time
     env["KIZUNA_STORE_TIMEOUT"] = "15";
-    ranks.start({kWorker, t.collective, std::to_string(t.count), "100000000", std::to_string(kRunSeconds),
-                 t.replace ? "elastic" : "shrink"},
-                env);
-  }
-  const auto replacement = [&](int victim) {
-    Job::Env env = rank_env(victim, kWorld, "127.0.0.1", port);
-    env["KIZUNA_TRANSPORT"] = t.transport;
-    env["KIZUNA_TIMEOUT"] = "30";
-    env["KIZUNA_STORE_TIMEOUT"] = "15";
-    ranks.start({kWorker, t.collective, std::to_string(t.count), "100000000", std::to_string(kRunSeconds), "join"},
+    ranks.start({kWorker, t.collective, std::to_string(t.count), "100000000", std::to_string(kRunSeconds), mode},
                 env);
   };
-  std::string why;
-  if (!ranks.wait_ready(20s, why)) {
-    res.problems.push_back("set-up: " + why);
-    ranks.wait(ranks.all(), Clock::now());
-    res.log = ranks.describe();
-    return res;
-  }
+  for (int r = 0; r < kWorld; ++r) start(r, t.replace ? "elastic" : "shrink");
+  if (!all_ready(ranks, res)) return res;
   std::this_thread::sleep_for(std::chrono::milliseconds(t.delay_ms));
   const auto killed_at = Clock::now();
   for (std::size_t k = 0; k < t.victims.size(); ++k) {
@@ -92,7 +79,7 @@ TrialResult run_trial(const Trial& t) {
   // replacements.
   std::vector<JobResult> results = ranks.wait(t.victims, Clock::now() + 2s);
   if (t.replace)
-    for (int v : t.victims) replacement(v);
+    for (int v : t.victims) start(v, "join");
   const auto replaced_at = Clock::now();
   std::vector<int> others;
   for (int r = 0; r < ranks.size(); ++r)

@@ -56,13 +56,7 @@ TrialResult run_trial(const Trial& t, unsigned seed) {
     // wait in the next for KIZUNA_TIMEOUT.
     ranks.start({kWorker, "all_reduce", t.mailbox ? "1" : "65536", "100000000", "25"}, env);
   }
-  std::string why;
-  if (!ranks.wait_ready(20s, why)) {
-    res.problems.push_back("set-up: " + why);
-    ranks.wait(ranks.all(), Clock::now());
-    res.log = ranks.describe();
-    return res;
-  }
+  if (!all_ready(ranks, res)) return res;
   std::this_thread::sleep_for(std::chrono::milliseconds(300 + rng() % 300));
   const auto stopped_at = Clock::now();
   ranks[t.victim].signal(SIGSTOP);
