@@ -18,7 +18,9 @@
 // middle of collectives: every rank on both sides must raise PeerLost or
 // Timeout within the deadline (KIZUNA_TIMEOUT, short here; plus, for the
 // side cut off from the store, the store client's reply allowance that the
-// stuck-rank report may spend finding the store gone), and exit.
+// stuck-rank report may spend finding the store gone), and exit. And a
+// rank of the second namespace killed: the survivors on both sides shrink
+// (Communicator::shrink) and go on with exact results.
 //
 // A machine that refuses namespaces, nftables or tc skips the test that
 // needs it (exit 77, the reason printed), never passes it silently.
@@ -298,4 +300,41 @@ TEST_CASE("the link set down mid-collective: PeerLost or Timeout on both sides w
   }
   f.note = "PeerLost or Timeout on all 4 ranks, both sides";
   f.report();
+}
+
+TEST_CASE("a rank killed on the second of two nodes: the survivors on both shrink and go on",
+          "[faults][netns][shrink]") {
+  Network net;
+  Figures f;
+  f.fault = "SIGKILL one of 4 on 2 netns nodes, survivors shrink";
+  std::mt19937 rng(base_seed() ^ 0x5a6u);
+  for (int victim : {2, 3}) {  // each rank of the node that does not host the store
+    Ranks ranks;
+    net.start(ranks, {"all_reduce", "4099", "100000000", "6", "shrink"},
+              {{"KIZUNA_TIMEOUT", "30"}, {"KIZUNA_STORE_TIMEOUT", "20"}});
+    TrialResult res;
+    if (!all_ready(ranks, res, 30s)) FAIL(res.failure("set-up:"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 + rng() % 300));
+    const auto killed_at = Clock::now();
+    ranks[victim].signal(SIGKILL);
+    const auto results = ranks.wait(ranks.all(), killed_at + 30s);
+    INFO("rank " << victim << " killed:\n" << ranks.describe());
+    ++f.trials;
+    CHECK(results[victim].signal == SIGKILL);
+    for (int r = 0; r < kWorld; ++r) {
+      if (r == victim) continue;
+      CAPTURE(r);
+      ++f.expected;
+      const WorkerState s = parse(results[r].output);
+      if (results[r].hung) ++f.hangs;
+      const bool ok = !results[r].hung && results[r].exit_code == 0 && s.done && !s.wrong && s.shrinks >= 1 &&
+                      s.last_world == kWorld - 1 && s.resumed_ns != 0;
+      CHECK(ok);
+      if (s.resumed_ns != 0) f.detect_ms.push_back(ms_since(killed_at, s.resumed_ns));
+      f.correct += ok;
+    }
+  }
+  f.note = "time from the kill to the first right iteration on the shrunk group, across the veth";
+  f.report();
+  CHECK(f.correct == f.expected);
 }
