@@ -206,7 +206,7 @@ TEST_CASE("rendezvous: with KIZUNA_PORT_RANGE the ranks listen inside the range,
   const std::string range = std::to_string(low) + "-" + std::to_string(low + 9);
   Ranks job;
   for (int r = 0; r < 2; ++r)
-    job.start({kWorker, "all_reduce", "16", "1000000", "3"},
+    job.start({kWorker, "all_reduce", "16", "100000", "60"},  // about a second; both stop at one iteration
               with(with(rank_env(r, 2, "127.0.0.1", port), "KIZUNA_PORT_RANGE", range), "KIZUNA_STORE_TIMEOUT", "20"));
   std::string why;
   REQUIRE(job.wait_ready(20s, why));

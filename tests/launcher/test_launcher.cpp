@@ -553,7 +553,7 @@ int count(const std::string& text, const std::regex& re) {
 
 }  // namespace
 
-TEST_CASE("--elastic: a worker killed, the others go on, its replacement joins them, and the job succeeds",
+TEST_CASE("kizuna-run --elastic: a worker killed, the others go on, its replacement joins them, and the job succeeds",
           "[launcher][elastic]") {
   const JobResult r = run_elastic({"--elastic", "3:4", "--max-restarts", "1"});
   INFO(r.output);
@@ -569,7 +569,7 @@ TEST_CASE("--elastic: a worker killed, the others go on, its replacement joins t
   CHECK(contains(r.output, "kizuna-run: every worker still in the job exited with code 0 (1 lost, 1 replaced along the way)"));
 }
 
-TEST_CASE("--elastic without restarts: the others finish without the killed worker; below MIN the job fails",
+TEST_CASE("kizuna-run --elastic without restarts: the others finish without the killed worker, and below MIN the job fails",
           "[launcher][elastic]") {
   const JobResult r = run_elastic({"--elastic", "3:4"});
   INFO(r.output);
