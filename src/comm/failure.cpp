@@ -123,6 +123,10 @@ void Communicator::Impl::fail(const Error& e) {
   const auto deadline = Clock::now() + tuning.abort_grace;
   for (auto& link : links) {
     if (!link || link->peer() == notice.lost_rank || link->peer() == notice.origin) continue;
+    // A peer whose end has closed has died or failed already: flushing
+    // what is still queued for it would only wait out the grace (two ranks
+    // lost at once cost the survivors it: docs/reliability.md#shrinking).
+    if (link->peer_closed()) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     link->send_abort(notice, std::max(left, std::chrono::milliseconds(1)));
   }
