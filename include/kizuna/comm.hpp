@@ -36,6 +36,7 @@
 #include <kizuna/types.hpp>
 #include <kizuna/work.hpp>
 
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <exception>
@@ -190,6 +191,11 @@ class Communicator {
   explicit Communicator(std::shared_ptr<Impl> impl);
 
  private:
+  // grow() and join(): create `options`, then commit to it with every
+  // other member of it, or throw.
+  static std::shared_ptr<Communicator> set_up(const CommOptions& options,
+                                              std::chrono::steady_clock::time_point deadline);
+
   std::shared_ptr<Impl> impl_;
 };
 

@@ -71,12 +71,17 @@ constexpr std::chrono::milliseconds kFailureCheck{100};
   throw Error(ErrorCode::Mismatch, message);
 }
 
+// This process, as errors name it.
+std::string whoami() { return hostname() + " (pid " + std::to_string(::getpid()) + ")"; }
+
+}  // namespace
+
 // store.multi_get(keys) until `deadline`, but ended at once by a failure any
 // rank publishes under `failed_key` (thrown here with its message). Waits
 // for one missing key at a time, a slice at a time, so that a long wait
 // costs the store one small request a slice.
 std::vector<Bytes> get_watching(Store& store, const std::vector<std::string>& keys, const std::string& failed_key,
-                                Clock::time_point deadline) {
+                                std::chrono::steady_clock::time_point deadline) {
   const auto start = Clock::now();
   for (std::size_t next = 0; next < keys.size();) {
     try {
@@ -98,11 +103,6 @@ std::vector<Bytes> get_watching(Store& store, const std::vector<std::string>& ke
   }
   return store.multi_get(keys, left(deadline));
 }
-
-// This process, as errors name it.
-std::string whoami() { return hostname() + " (pid " + std::to_string(::getpid()) + ")"; }
-
-}  // namespace
 
 PeerInfo this_process() {
   PeerInfo p;

@@ -52,6 +52,13 @@ struct Topology {
   int nodes = 1;
 };
 
+// store.multi_get(keys) until `deadline`, but ended at once, with Mismatch
+// and its text, by a failure any rank publishes under `failed_key` (a
+// second claimant of a rank, a death while shrink() or grow() sets up: the
+// communicator's "<name>/failed"). Timeout names the missing keys.
+std::vector<Bytes> get_watching(Store& store, const std::vector<std::string>& keys, const std::string& failed_key,
+                                std::chrono::steady_clock::time_point deadline);
+
 // This process: hostname, boot id, namespaces and pid (no addresses).
 PeerInfo this_process();
 

@@ -1,6 +1,9 @@
 #include "comm/death_watch.hpp"
 
+#include <kizuna/error.hpp>
+
 #include <chrono>
+#include <cstring>
 
 #include "comm/agreement.hpp"
 
@@ -9,6 +12,10 @@ namespace {
 
 // How soon a death is seen; set-up ends within about this after it.
 constexpr std::chrono::milliseconds kWatchEvery{50};
+
+// What a member writes under the new communicator's "failed" key once
+// every member has set it up.
+constexpr const char* kCommitted = "committed";
 
 }  // namespace
 
@@ -40,6 +47,32 @@ void DeathWatch::run() {
       return;
     }
   }
+}
+
+void publish_failure(Store& store, const std::string& name, const std::string& why) {
+  try {
+    store.compare_set(name + "/failed", {}, Bytes(why.begin(), why.end()));
+  } catch (const std::exception&) {
+    // the store's own failure reaches every member anyway
+  }
+}
+
+std::string commit(Store& store, const std::string& name, int rank, int world,
+                   std::chrono::steady_clock::time_point deadline) {
+  const std::string failed_key = name + "/failed";
+  store.set(name + "/ok/" + std::to_string(rank), Bytes{'1'});
+  std::vector<std::string> ok;
+  for (int r = 0; r < world; ++r) ok.push_back(name + "/ok/" + std::to_string(r));
+  std::string verdict;
+  try {
+    comm::get_watching(store, ok, failed_key, deadline);
+    const Bytes v = store.compare_set(failed_key, {}, Bytes(kCommitted, kCommitted + std::strlen(kCommitted)));
+    verdict.assign(v.begin(), v.end());
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Mismatch) throw;
+    verdict = e.what();
+  }
+  return verdict == kCommitted ? "" : verdict;
 }
 
 }  // namespace kizuna::comm

@@ -1,6 +1,6 @@
 // comm/death_watch.hpp: while a communicator is being set up by shrink()
-// or grow(), watch the processes that must take part, and end the set-up
-// on every rank at once when one of them dies.
+// or grow(), watch the processes that must take part, end the set-up on
+// every rank at once when one of them dies, and agree on whether it held.
 //
 // A background thread looks every 50 ms at each watched process this one
 // can judge (comm::process_gone: the same node and PID namespace) and
@@ -53,5 +53,17 @@ class DeathWatch {
   bool stop_ = false;
   std::thread thread_;
 };
+
+// The set-up's verdict, the same on every member of the new communicator
+// `name`: each writes "ok" once it has set it up, and the verdict is the
+// first write to its "failed" key: "committed", by the first member to see
+// every "ok", or a failure (publish_failure: a member whose set-up failed;
+// a death the watch saw). Returns "" when committed, else why not. Set-up
+// alone can end differently on different members (one past its last step
+// when another saw a peer die): they would go separate ways.
+std::string commit(Store& store, const std::string& name, int rank, int world,
+                   std::chrono::steady_clock::time_point deadline);
+// Publishes `why` as that verdict, unless there is one already.
+void publish_failure(Store& store, const std::string& name, const std::string& why);
 
 }  // namespace kizuna::comm

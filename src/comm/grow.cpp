@@ -14,9 +14,10 @@
 // nullptr at once (one small broadcast, so a trainer may ask every step).
 // Otherwise rank 0 writes each admitted joiner's entry, and the members,
 // keeping their ranks, and the joiners, numbered after them in ticket
-// order, create "<group>/grow<g>". A joiner whose process dies meanwhile
-// ends that set-up on every member at once (comm/death_watch.hpp, on its
-// node); grow() then throws and this communicator stays usable.
+// order, create "<group>/grow<g>" and commit to it together
+// (comm/death_watch.hpp). A joiner whose process dies meanwhile ends that
+// set-up on every member at once (seen on its node); grow() then throws
+// and this communicator stays usable.
 #include <kizuna/comm.hpp>
 #include <kizuna/store.hpp>
 
@@ -66,6 +67,23 @@ std::chrono::milliseconds left(Clock::time_point deadline) {
 
 }  // namespace
 
+// The grown communicator, on members and joiners alike: created, then
+// committed to by all (comm/death_watch.hpp), or thrown away by all.
+std::shared_ptr<Communicator> Communicator::set_up(const CommOptions& options, Clock::time_point deadline) {
+  std::shared_ptr<Communicator> made;
+  std::string why;
+  try {
+    made = create(options);
+    why = comm::commit(*options.store, options.name, options.rank, options.world_size, deadline);
+  } catch (const Error& e) {
+    comm::publish_failure(*options.store, options.name,
+                          "rank " + std::to_string(options.rank) + " of " + options.name + ": " + e.what());
+    throw;
+  }
+  if (!why.empty()) KIZUNA_THROW(ErrorCode::Aborted, options.name, " did not hold: ", why);
+  return made;
+}
+
 std::shared_ptr<Communicator> Communicator::grow(int most) {
   KIZUNA_CHECK_ARG(most >= 0, "grow: most is ", most, "; it must be 0 or more");
   Impl& impl = *impl_;
@@ -107,7 +125,7 @@ std::shared_ptr<Communicator> Communicator::grow(int most) {
   {
     comm::DeathWatch watch(store, options.name + "/failed", std::move(joiners),
                            "while the grown communicator was set up");
-    grown = create(options);
+    grown = set_up(options, deadline);
   }
   grown->impl_->group = impl.group;
   KIZUNA_LOG(Info) << "grew " << impl.name << " to " << grown->name() << ": " << impl.world << " -> "
@@ -145,7 +163,7 @@ std::shared_ptr<Communicator> Communicator::join(const CommOptions& options) {
   mine.world_size = world;
   mine.rank = rank;
   mine.setup_timeout = left(deadline);
-  std::shared_ptr<Communicator> joined = create(mine);
+  std::shared_ptr<Communicator> joined = set_up(mine, deadline);
   joined->impl_->group = group;
   return joined;
 }

@@ -1,13 +1,15 @@
 // Communicator::shrink (kizuna/comm.hpp): the survivors agree on the
 // failed ranks (comm/agreement.hpp), then create a communicator of the
-// others, numbered in the old order, through the same store, and meet in
-// a barrier on it. A rank that dies meanwhile ends that attempt on every
-// survivor: a survivor of its node sees its process gone and publishes it
-// under the new communicator's "failed" key, which set-up watches
-// (comm/death_watch.hpp); one that dies after set-up fails the barrier with
-// PeerLost. The survivors then agree again, with that rank known failed,
-// until the set-up deadline (CommOptions.setup_timeout, else
-// KIZUNA_STORE_TIMEOUT) from the call.
+// others, numbered in the old order, through the same store, and commit
+// to it together (commit() below). A rank that dies meanwhile ends that
+// attempt on every survivor: a survivor of its node sees its process gone
+// and publishes it under the new communicator's "failed" key, which
+// set-up and the commit watch (comm/death_watch.hpp); a member whose
+// set-up fails publishes why there too. The survivors then agree again,
+// with that rank known failed, until the set-up deadline
+// (CommOptions.setup_timeout, else KIZUNA_STORE_TIMEOUT) from the call.
+// One that dies after the commit fails a later call on the new
+// communicator, which is shrunk in turn.
 #include <kizuna/comm.hpp>
 #include <kizuna/store.hpp>
 
@@ -78,42 +80,33 @@ std::shared_ptr<Communicator> Communicator::shrink() {
     options.setup_timeout =
         std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
                  std::chrono::milliseconds(1));
-    int lost = -1;
+    std::vector<comm::DeathWatch::Watched> watched;
+    for (std::size_t i = 0; i < members.size(); ++i)
+      watched.push_back({peers.at(members[i]), "rank " + std::to_string(i) + " of " + options.name + " (rank " +
+                                                   std::to_string(members[i]) + " before the shrink)"});
+    comm::DeathWatch watch(store, options.name + "/failed", std::move(watched),
+                           "while the shrunk communicator was set up");
     std::shared_ptr<Communicator> shrunk;
     try {
-      {
-        std::vector<comm::DeathWatch::Watched> watched;
-        for (std::size_t i = 0; i < members.size(); ++i)
-          watched.push_back({peers.at(members[i]), "rank " + std::to_string(i) + " of " + options.name + " (rank " +
-                                                       std::to_string(members[i]) + " before the shrink)"});
-        comm::DeathWatch watch(store, options.name + "/failed", std::move(watched),
-                               "while the shrunk communicator was set up");
-        try {
-          shrunk = create(options);
-          shrunk->impl_->group = impl.group;
-        } catch (...) {
-          if (const int i = watch.dead(); i >= 0) lost = members[i];
-          throw;
-        }
-      }
-      shrunk->barrier().wait();
+      shrunk = create(options);
+      shrunk->impl_->group = impl.group;
+      why = comm::commit(store, options.name, options.rank, options.world_size, deadline);
+    } catch (const Error& e) {
+      why = e.what();
+      // Every member learns it at once, rather than at its deadline.
+      comm::publish_failure(store, options.name, "rank " + std::to_string(options.rank) + " of " + options.name + ": " + why);
+    }
+    if (why.empty()) {
       KIZUNA_LOG(Info) << "shrunk " << impl.name << " to " << shrunk->name() << ": rank " << impl.rank << " of "
                        << impl.world << " is rank " << shrunk->rank() << " of " << shrunk->size() << " (failed: "
                        << list(failed) << ") in "
                        << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()
                        << " ms";
       return shrunk;
-    } catch (const Error& e) {
-      why = e.what();
-      // A rank lost on the new communicator, in the old numbering.
-      if (lost < 0 && shrunk) {
-        const int r = shrunk->impl_->lost_rank.load();
-        if (r >= 0 && r < static_cast<int>(members.size())) lost = members[r];
-      }
-      if (lost >= 0) suspects.insert(lost);
-      KIZUNA_LOG(Warn) << "shrink of " << impl.name << ", attempt " << attempt + 1 << " (failed: " << list(failed)
-                       << ") did not hold, trying again: " << why;
     }
+    if (const int i = watch.dead(); i >= 0) suspects.insert(members[i]);
+    KIZUNA_LOG(Warn) << "shrink of " << impl.name << ", attempt " << attempt + 1 << " (failed: " << list(failed)
+                     << ") did not hold, trying again: " << why;
   }
   KIZUNA_THROW(ErrorCode::Timeout, "shrink of ", impl.name, " on rank ", impl.rank, " found no group that held within ",
                setup.count(), " ms: ", why.empty() ? "no attempt finished" : why);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "comm/bootstrap.hpp"
 #include "comm/placement_probe.hpp"
 #include "core/check.hpp"
 #include "core/log.hpp"
@@ -192,15 +193,13 @@ std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::allocate_any(std::
 
 bool SymmetricMemory::exchange(const std::string& key, const std::string& mine, bool first, Allocation& allocation,
                                std::vector<Region>& sync, Clock::time_point deadline) {
-  auto left = [&] {
-    return std::max(std::chrono::milliseconds(1),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-  };
   const int rank = setup_.rank, world = setup_.world;
   const std::uint64_t number = allocation.number, bytes = allocation.bytes;
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(key + std::to_string(r));
-  const std::vector<Bytes> names = setup_.store->multi_get(keys, left());
+  // A death that shrink() or grow() publishes ends the wait at once.
+  const std::string failed_key = setup_.prefix + "/failed";
+  const std::vector<Bytes> names = get_watching(*setup_.store, keys, failed_key, deadline);
   bool mapped = mine != "-";
   for (int r = 0; r < world && mapped; ++r) {
     const std::string entry = text(names[r]);
@@ -228,7 +227,7 @@ bool SymmetricMemory::exchange(const std::string& key, const std::string& mine, 
   std::vector<std::string> done;
   for (int r = 0; r < world; ++r) done.push_back(key + "mapped/" + std::to_string(r));
   bool all = true;
-  for (const Bytes& b : setup_.store->multi_get(done, left())) all = all && text(b) == "1";
+  for (const Bytes& b : get_watching(*setup_.store, done, failed_key, deadline)) all = all && text(b) == "1";
   return all;
 }
 
