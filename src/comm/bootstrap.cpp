@@ -198,7 +198,10 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
   store.set(prefix + "segment/" + std::to_string(rank), status);
   std::vector<std::string> keys;
   for (int r : local) keys.push_back(prefix + "segment/" + std::to_string(r));
-  const std::vector<Bytes> statuses = store.multi_get(keys, left(deadline));
+  // Like every wait of set-up, ended at once by a failure published under
+  // "failed" (a rank that died while shrink() or grow() sets up).
+  const std::string failed_key = name + "/failed";
+  const std::vector<Bytes> statuses = get_watching(store, keys, failed_key, deadline);
 
   std::string mapped;
   for (std::size_t i = 0; i < local.size(); ++i) {
@@ -216,7 +219,7 @@ void setup_shm(Store& store, const std::string& name, int rank, const BootstrapO
   store.set(prefix + "mapped/" + std::to_string(rank), mapped);
   keys.clear();
   for (int r : local) keys.push_back(prefix + "mapped/" + std::to_string(r));
-  const std::vector<Bytes> all_mapped = store.multi_get(keys, left(deadline));
+  const std::vector<Bytes> all_mapped = get_watching(store, keys, failed_key, deadline);
   shm->mine.unlink();
 
   bool any = false;
@@ -342,7 +345,12 @@ Connected join_peers(Store& store, const std::string& name, int rank, int world_
     (r > rank ? connect_to : accept_from).push_back({r, p.address, p.port, p.incarnation});
   }
   transport::Hello hello{out.topology.comm_id, rank, world_size, self.incarnation};
-  const std::vector<int> fds = transport::connect_peers(listener, hello, connect_to, accept_from, deadline);
+  // A failure another rank publishes (a death while shrink() or grow() sets
+  // up) ends the connecting too.
+  const std::string failed = name + "/failed";
+  const std::vector<int> fds = transport::connect_peers(listener, hello, connect_to, accept_from, deadline, [&] {
+    return store.check({failed}) ? text(store.get(failed, left(deadline))) : std::string();
+  });
   out.links.resize(world_size);
   for (int r = 0; r < world_size; ++r) {
     if (fds[r] < 0) continue;

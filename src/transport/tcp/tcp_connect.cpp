@@ -63,8 +63,9 @@ namespace {
 // operations on the listener's io_context, run by the calling thread.
 class Mesh {
  public:
-  Mesh(TcpListener::Impl& listener, const Hello& self, Clock::time_point deadline)
-      : l_(listener), self_(self), deadline_(deadline), hello_(encode_hello(self)) {}
+  Mesh(TcpListener::Impl& listener, const Hello& self, Clock::time_point deadline,
+       const std::function<std::string()>& give_up)
+      : l_(listener), self_(self), deadline_(deadline), hello_(encode_hello(self)), give_up_(give_up) {}
   // A retry whose time comes once set-up is over (its timer may have
   // expired already, too late to cancel) does nothing, even after the Mesh
   // has gone.
@@ -76,9 +77,22 @@ class Mesh {
     remaining_ = static_cast<int>(connect_to.size() + accept_from.size());
     if (!accept_from.empty()) accept_next();
     for (const TcpPeer& p : connect_to) connect(p, std::chrono::milliseconds(10));
-    while (remaining_ > 0 && Clock::now() < deadline_) l_.io.run_one_until(deadline_);
+    std::string gave_up;
+    auto next_look = Clock::now() + kGiveUpEvery;
+    while (remaining_ > 0 && Clock::now() < deadline_) {
+      l_.io.run_one_until(give_up_ ? std::min(deadline_, next_look) : deadline_);
+      if (give_up_ && Clock::now() >= next_look) {
+        next_look = Clock::now() + kGiveUpEvery;
+        if (!(gave_up = give_up_()).empty()) break;
+      }
+    }
     *setting_up_ = false;
     l_.io.stop();
+    if (!gave_up.empty() && remaining_ > 0) {
+      for (int fd : fds_)
+        if (fd >= 0) ::close(fd);
+      throw Error(ErrorCode::Mismatch, gave_up);
+    }
     if (remaining_ > 0) {
       for (int fd : fds_)
         if (fd >= 0) ::close(fd);
@@ -206,6 +220,8 @@ class Mesh {
   int remaining_ = 0;
   std::string accept_error_;  // the last accept() failure, for the timeout's message
   std::shared_ptr<bool> setting_up_ = std::make_shared<bool>(true);
+  const std::function<std::string()>& give_up_;
+  static constexpr std::chrono::milliseconds kGiveUpEvery{100};
 };
 
 }  // namespace
@@ -213,9 +229,9 @@ class Mesh {
 std::vector<int> connect_peers(TcpListener& listener, const Hello& self,
                                const std::vector<TcpPeer>& connect_to,
                                const std::vector<TcpPeer>& accept_from,
-                               Clock::time_point deadline) {
+                               Clock::time_point deadline, const std::function<std::string()>& give_up) {
   listener.impl_->io.restart();
-  Mesh mesh(*listener.impl_, self, deadline);
+  Mesh mesh(*listener.impl_, self, deadline, give_up);
   std::vector<int> fds = mesh.run(connect_to, accept_from);
   // Drop whatever is still pending (strangers, the accept, retries) before
   // `mesh` goes.

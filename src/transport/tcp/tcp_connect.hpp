@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,16 +52,21 @@ class TcpListener {
   std::unique_ptr<Impl> impl_;
   friend std::vector<int> connect_peers(TcpListener&, const Hello&, const std::vector<TcpPeer>&,
                                         const std::vector<TcpPeer>&,
-                                        std::chrono::steady_clock::time_point);
+                                        std::chrono::steady_clock::time_point,
+                                        const std::function<std::string()>&);
 };
 
 // Connects to every peer in `connect_to` and accepts every peer in
 // `accept_from`. Returns one connected descriptor per world rank (-1 where
 // none); the caller owns them. Throws Timeout naming the missing ranks.
+// `give_up`, when given, is asked about every 100 ms: a non-empty answer
+// ends set-up at once with Mismatch and that text (a failure another rank
+// published, comm/bootstrap.hpp).
 std::vector<int> connect_peers(TcpListener& listener, const Hello& self,
                                const std::vector<TcpPeer>& connect_to,
                                const std::vector<TcpPeer>& accept_from,
-                               std::chrono::steady_clock::time_point deadline);
+                               std::chrono::steady_clock::time_point deadline,
+                               const std::function<std::string()>& give_up = {});
 
 // TCP_NODELAY, applied to every data connection.
 void tune_socket(int fd);
