@@ -10,7 +10,9 @@
 #include <pybind11/chrono.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kizuna_torch {
@@ -23,6 +25,12 @@ class ProcessGroupKizuna final : public compat::BackendBase {
   ProcessGroupKizuna(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout)
       : compat::BackendBase(rank, size), comm_(store, rank, size, timeout) {
+    init();
+  }
+  // A group of the survivors of `failed` (see shrink()).
+  ProcessGroupKizuna(const ProcessGroupKizuna& failed, std::shared_ptr<kizuna::Communicator> survivors)
+      : compat::BackendBase(survivors->rank(), survivors->size()),
+        comm_(failed.comm_.store(), std::move(survivors), failed.comm_.timeout()) {
     init();
   }
 
@@ -111,6 +119,16 @@ class ProcessGroupKizuna final : public compat::BackendBase {
   void shutdown() override { close(); }
   void abort() override { comm_.abort("torch.distributed aborted the process group"); }
 #endif
+  // kizuna_torch.shrink(): a new backend of the survivors, and each of its
+  // ranks' rank in this group (torch_comm.hpp, "Shrinking").
+  std::pair<c10::intrusive_ptr<compat::BackendBase>, std::vector<int>> shrink() {
+    TorchComm::Survivors survivors = comm_.shrink();
+    return {c10::make_intrusive<ProcessGroupKizuna>(*this, std::move(survivors.comm)),
+            std::move(survivors.old_ranks)};
+  }
+  const std::string& name() const { return comm_.name(); }
+  std::chrono::milliseconds timeout() const { return comm_.timeout(); }
+
   // Not overridden, so c10d's base raises "... does not support <call>":
   // allreduce_sparse, and in torch 2.x gather_into_tensor (gather_single),
   // coalescing (startCoalescing) and splitting.
@@ -148,6 +166,26 @@ void bind_process_group(pybind11::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "Creates a kizuna process group (collective): the creator registered as "
       "torch.distributed backend \"kizuna\".");
+  m.def(
+      "_shrink",
+      [](const c10::intrusive_ptr<compat::BackendBase>& backend) {
+        auto* kizuna = dynamic_cast<ProcessGroupKizuna*>(backend.get());
+        TORCH_CHECK(kizuna, "kizuna_torch.shrink: the group's CPU backend is ", backend->getBackendName(),
+                    ", not kizuna");
+        std::pair<c10::intrusive_ptr<compat::BackendBase>, std::vector<int>> shrunk_group;
+        {
+          // Collective and blocking, as creation is.
+          const py::gil_scoped_release release;
+          shrunk_group = kizuna->shrink();
+        }
+        auto& [survivors, old_ranks] = shrunk_group;
+        const auto* shrunk = static_cast<const ProcessGroupKizuna*>(survivors.get());
+        return py::make_tuple(survivors, old_ranks, shrunk->name(), shrunk->timeout().count());
+      },
+      py::arg("backend"),
+      "Shrinks a failed kizuna backend (collective over the survivors): returns the survivors' "
+      "backend, each of its ranks' rank in the old group, its name and its timeout in ms (0: "
+      "kizuna's default). kizuna_torch.shrink() wraps this in a ProcessGroup.");
 }
 
 }  // namespace kizuna_torch

@@ -8,9 +8,11 @@
 #include <c10/util/StringUtil.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kizuna_torch {
 namespace {
@@ -215,6 +217,43 @@ TorchComm::TorchComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int
     store_->set_timeout(timeout_);
   }
   comm_ = kizuna::Communicator::create(options);
+}
+
+TorchComm::TorchComm(std::shared_ptr<C10dStoreAdapter> store, std::shared_ptr<kizuna::Communicator> comm,
+                     std::chrono::milliseconds timeout)
+    : rank_(comm->rank()),
+      size_(comm->size()),
+      timeout_(timeout),
+      store_(std::move(store)),
+      name_(comm->name()),
+      comm_(std::move(comm)),
+      call_timeouts_([this](const c10::intrusive_ptr<KizunaWork>& work, std::chrono::milliseconds t) {
+        expire(work, t);
+      }) {}
+
+TorchComm::Survivors TorchComm::shrink() {
+  std::shared_ptr<kizuna::Communicator> comm;
+  {
+    const std::lock_guard swap(comm_mutex_);
+    comm = comm_;
+  }
+  TORCH_CHECK(comm, "kizuna: shrink: this process group has been shut down or destroyed");
+  // Calls still queued here fail with the communicator (shrink() aborts it
+  // first); their watchdogs have nothing left to do.
+  call_timeouts_.stop();
+  Survivors survivors;
+  try {
+    survivors.comm = comm->shrink();
+    // Each member's rank here, so Python can map the new group's ranks to
+    // global ones: one small all-gather, in old order like the new ranks.
+    const std::int32_t mine = rank_;
+    std::vector<std::int32_t> old(static_cast<std::size_t>(survivors.comm->size()));
+    survivors.comm->all_gather(&mine, old.data(), 1, DataType::Int32).wait();
+    survivors.old_ranks.assign(old.begin(), old.end());
+  } catch (const kizuna::Error& e) {
+    std::rethrow_exception(compat::backend_error(c10::str("kizuna: shrink on rank ", rank_, ": ", e.what())));
+  }
+  return survivors;
 }
 
 void TorchComm::close() {

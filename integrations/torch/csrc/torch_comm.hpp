@@ -81,6 +81,12 @@
 //
 // Sequence number: the number of calls this rank has made on the group
 // (Gloo's count, which TORCH_DISTRIBUTED_DEBUG=DETAIL compares across ranks).
+//
+// Shrinking (kizuna_torch.shrink): after a rank is lost, shrink() runs
+// kizuna's Communicator::shrink() over the survivors and returns the new
+// communicator with each member's rank in this group, which a new TorchComm
+// then adopts (the second constructor): same store and timeout, the shrunk
+// communicator's name. This TorchComm stays failed; later calls raise.
 #pragma once
 
 #include "call_timeouts.hpp"
@@ -109,6 +115,22 @@ class TorchComm {
  public:
   TorchComm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
             std::chrono::milliseconds timeout);
+  // Adopts `comm` (a communicator shrunk from a TorchComm over `store`).
+  TorchComm(std::shared_ptr<C10dStoreAdapter> store, std::shared_ptr<kizuna::Communicator> comm,
+            std::chrono::milliseconds timeout);
+
+  // The survivors of a failure: the new communicator, and for each of its
+  // ranks, that member's rank in this group.
+  struct Survivors {
+    std::shared_ptr<kizuna::Communicator> comm;
+    std::vector<int> old_ranks;
+  };
+  // Collective over the survivors (see "Shrinking"); throws kizuna's error
+  // (Timeout, Aborted, the store's) as a backend error. Blocks.
+  Survivors shrink();
+  const std::shared_ptr<C10dStoreAdapter>& store() const { return store_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::string& name() const { return name_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }

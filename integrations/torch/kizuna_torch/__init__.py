@@ -24,21 +24,36 @@ float32, float64, int8, uint8, int32, int64 and bool CPU tensors. AVG needs a
 floating-point dtype. CUDA tensors and unsupported calls raise RuntimeError
 naming the call. See docs/torch.md.
 
+After a lost rank, ``shrink(group)`` gives the survivors a new process
+group and training goes on (examples/elastic_ddp.py).
+
 The same package is built for Debian's torch 1.13 and for torch 2.x
 (integrations/torch/README.md); it registers the backend the way the
 running torch expects: with torch 2.x, for the "cpu" and "cuda" device
 types (CUDA tensors are refused with a message saying so).
 """
 
+import datetime as _datetime
+
 import torch as _torch
 import torch.distributed as _dist
+import torch.distributed.distributed_c10d as _c10d
 
+from ._C import _shrink
 from ._C import create_process_group as _create_process_group
 
-__all__ = ["BACKEND", "create_process_group"]
+__all__ = ["BACKEND", "create_process_group", "shrink"]
 
 #: The name to pass to torch.distributed.init_process_group / new_group.
 BACKEND = "kizuna"
+
+_TORCH2 = int(_torch.__version__.split(".")[0]) >= 2
+
+# A backend shrink() made, which the next call of the creator hands to
+# torch instead of creating one: shrink() builds its ProcessGroup through
+# torch's own helper, so the group is registered as new_group() would
+# register it, under either torch.
+_adopt = []
 
 
 def create_process_group(store, rank, world_size, timeout):
@@ -48,7 +63,58 @@ def create_process_group(store, rank, world_size, timeout):
     returns once all of them are connected, and raises RuntimeError (with
     kizuna's message) if they are not within ``timeout`` (a timedelta).
     """
+    if _adopt:
+        return _adopt.pop()
     return _create_process_group(store, rank, world_size, timeout)
+
+
+def shrink(group=None):
+    """A process group of the survivors of ``group`` (default: the world).
+
+    Call it on every surviving rank once a call on ``group`` has raised
+    because a rank was lost (kizuna's PeerLost, "rank N ... lost"): the
+    survivors agree on the failed ranks and get a new group of the others,
+    numbered in their old order, with kizuna's transports set up afresh
+    (kizuna's Communicator::shrink, docs/reliability.md#shrinking). Pass
+    the new group explicitly (``group=``, ``DistributedDataParallel(...,
+    process_group=...)``); ``group`` itself stays failed, and every call
+    on it raises. ``dist.get_rank(new)`` is this rank's place in the new
+    group; global ranks (``dist.get_rank()``, ``src=``/``dst=`` of the
+    collectives) keep their old numbers.
+
+    Collective over the survivors and bounded by the group's timeout: it
+    raises RuntimeError naming a rank that neither calls shrink() nor is
+    seen to fail, or the store's error when the store is gone (with
+    ``env://`` torch's store lives in rank 0's process, so a lost rank 0
+    cannot be survived). A rank the others decided without raises too.
+    """
+    group = group if group is not None else _c10d._get_default_group()
+    backend = group._get_backend(_torch.device("cpu")) if _TORCH2 else group
+    survivors, old_ranks, name, timeout_ms = _shrink(backend)
+    if group is _c10d._get_default_group():
+        global_ranks = list(old_ranks)
+    else:
+        global_ranks = [_c10d.get_global_rank(group, r) for r in old_ranks]
+    # Unique in this process, and the same on every survivor: the old
+    # group's torch name and the shrunk communicator's.
+    names = _c10d._world.pg_names if _TORCH2 else _c10d._pg_names
+    name = f"{names[group]}/{name}"
+    timeout = (_datetime.timedelta(milliseconds=timeout_ms) if timeout_ms > 0
+               else _c10d.default_pg_timeout)
+    _adopt.append(survivors)
+    try:
+        made = _c10d._new_process_group_helper(
+            len(global_ranks), survivors.rank(), global_ranks, BACKEND,
+            _c10d._get_default_store(), group_name=name, timeout=timeout)
+    finally:
+        _adopt.clear()
+    pg = made[0] if isinstance(made, tuple) else made
+    ranks = {g: i for i, g in enumerate(global_ranks)}
+    if _TORCH2:
+        _c10d._world.pg_group_ranks[pg] = ranks
+    else:
+        _c10d._pg_group_ranks[pg] = ranks
+    return pg
 
 
 def _register():

@@ -7,8 +7,10 @@ A worker that fails prints its traceback; run() then fails the test with
 every rank's output.
 """
 
+import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +26,22 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def kizuna_run():
+    """kizuna-run: KIZUNA_RUN, else the build tree's (<build>/bin/kizuna-run,
+    found from the kizuna_torch package on PYTHONPATH,
+    <build>/integrations/torch/python), else the one on PATH."""
+    if os.environ.get("KIZUNA_RUN"):
+        return os.environ["KIZUNA_RUN"]
+    spec = importlib.util.find_spec("kizuna_torch")
+    if spec is not None and spec.origin:
+        built = Path(spec.origin).resolve().parents[4] / "bin" / "kizuna-run"
+        if built.exists():
+            return str(built)
+    found = shutil.which("kizuna-run")
+    assert found, "kizuna-run not found: set KIZUNA_RUN, or build it next to kizuna_torch, or put it on PATH"
+    return found
 
 
 def worker_env(extra=None):

@@ -7,19 +7,14 @@ with backend "gloo" and "kizuna" under this interpreter's torch 1.13; with
 project's virtual environment, <source>/.venv-torch/bin/python), skipped
 with the reason when there is none.
 
-kizuna-run is KIZUNA_RUN, else the build tree's (<build>/bin/kizuna-run, found
-from the kizuna_torch package on PYTHONPATH, <build>/integrations/torch/python),
-else the one on PATH.
+kizuna-run is found by harness.kizuna_run().
 """
 
-import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -29,23 +24,10 @@ WORKER = harness.WORKERS / "launch_worker.py"
 TIMEOUT = 150  # per kizuna-run job: 2 to 4 ranks importing torch on 2 cores take 10-20 s
 
 
-def kizuna_run():
-    if os.environ.get("KIZUNA_RUN"):
-        return os.environ["KIZUNA_RUN"]
-    spec = importlib.util.find_spec("kizuna_torch")
-    if spec is not None and spec.origin:
-        built = Path(spec.origin).resolve().parents[4] / "bin" / "kizuna-run"
-        if built.exists():
-            return str(built)
-    found = shutil.which("kizuna-run")
-    assert found, "kizuna-run not found: set KIZUNA_RUN, or build it next to kizuna_torch, or put it on PATH"
-    return found
-
-
 def launch(python, backend, *flags, env=None):
     """Starts one kizuna-run of the worker; returns the Popen."""
     return subprocess.Popen(
-        [kizuna_run(), *flags, "--", python, "-u", str(WORKER), backend],
+        [harness.kizuna_run(), *flags, "--", python, "-u", str(WORKER), backend],
         env=harness.worker_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
