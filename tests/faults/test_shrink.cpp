@@ -1,4 +1,4 @@
-// Shrinking after a death, across processes: a job of 4 kizuna-fault-worker
+// Shrinking after a death, across processes: a job of 4 (also 2 and 8) kizuna-fault-worker
 // processes in "shrink" mode loops a collective (int64, checked exactly);
 // ranks are SIGKILLed at random moments once every rank runs. Every
 // survivor must catch the failure, agree with the others on the failed
@@ -16,6 +16,8 @@
 
 #include <signal.h>
 
+#include <numeric>
+
 #include "faults.hpp"
 
 using namespace kizuna::test;
@@ -25,12 +27,13 @@ namespace {
 
 constexpr double kRecoverLimit = 2000.0;  // ms, from the kill to the first right iteration after the shrink
 constexpr int kConcurrentTrials = 2;
-constexpr int kWorld = 4;
+constexpr int kWorld = 4;  // unless a trial says otherwise
 constexpr int kRunSeconds = 6;  // each worker's loop, from its start
 
 struct Trial {
   std::string transport;
   std::string collective;
+  int world = kWorld;
   std::vector<int> victims;  // killed in order
   int delay_ms = 0;          // after every rank is ready, to the first kill
   int gap_ms = 0;            // between kills
@@ -41,7 +44,7 @@ struct Trial {
 
 std::string describe(const Trial& t) {
   std::ostringstream out;
-  out << t.collective << " over " << t.transport << ", count " << t.count << ", rank(s)";
+  out << t.world << " ranks, " << t.collective << " over " << t.transport << ", count " << t.count << ", rank(s)";
   for (int v : t.victims) out << " " << v;
   out << " killed " << t.delay_ms << " ms after ready, " << t.gap_ms << " ms apart";
   if (t.replace) out << ", then replaced";
@@ -59,14 +62,14 @@ TrialResult run_trial(const Trial& t) {
   Ranks ranks;
   // Rank r, in `mode`: "shrink", "elastic", or "join" (a replacement).
   const auto start = [&](int r, const char* mode) {
-    Job::Env env = rank_env(r, kWorld, "127.0.0.1", port);
+    Job::Env env = rank_env(r, t.world, "127.0.0.1", port);
     env["KIZUNA_TRANSPORT"] = t.transport;
     env["KIZUNA_TIMEOUT"] = "30";  // far beyond the trial: only the loss can end a call in time
     env["KIZUNA_STORE_TIMEOUT"] = "15";
     ranks.start({kWorker, t.collective, std::to_string(t.count), "100000000", std::to_string(kRunSeconds), mode},
                 env);
   };
-  for (int r = 0; r < kWorld; ++r) start(r, t.replace ? "elastic" : "shrink");
+  for (int r = 0; r < t.world; ++r) start(r, t.replace ? "elastic" : "shrink");
   if (!all_ready(ranks, res)) return res;
   std::this_thread::sleep_for(std::chrono::milliseconds(t.delay_ms));
   const auto killed_at = Clock::now();
@@ -88,8 +91,8 @@ TrialResult run_trial(const Trial& t) {
   results.resize(rest.size());
   for (int r : others) results[r] = rest[r];
   const bool store_host_killed = std::find(t.victims.begin(), t.victims.end(), 0) != t.victims.end();
-  const int survivors_expected = kWorld - static_cast<int>(t.victims.size());
-  const int world_at_end = t.replace ? kWorld : survivors_expected;
+  const int survivors_expected = t.world - static_cast<int>(t.victims.size());
+  const int world_at_end = t.replace ? t.world : survivors_expected;
   for (int r = 0; r < ranks.size(); ++r) {
     const std::string who = "rank " + std::to_string(r) + ": ";
     const JobResult& jr = results[r];
@@ -122,7 +125,7 @@ TrialResult run_trial(const Trial& t) {
     }
     bool ok = true;
     if (s.errored) ok = false, res.problems.push_back(who + "ended with " + s.code + ": " + s.message);
-    const bool newcomer = r >= kWorld;
+    const bool newcomer = r >= t.world;
     if (newcomer && s.joined_ns == 0) ok = false, res.problems.push_back(who + "(a replacement) never joined");
     if (!newcomer && s.lost_codes.empty()) ok = false, res.problems.push_back(who + "saw no failure");
     if (!newcomer && s.shrinks == 0) ok = false, res.problems.push_back(who + "never shrank");
@@ -165,9 +168,10 @@ void run_trials(const std::string& fault, const std::vector<Trial>& trials, cons
   CHECK(f.correct == f.expected);
 }
 
-// Victims drawn from ranks 1..3 (rank 0 hosts the store).
-std::vector<int> draw_victims(std::mt19937& rng, int n) {
-  std::vector<int> pool{1, 2, 3};
+// Victims drawn from ranks 1..world-1 (rank 0 hosts the store).
+std::vector<int> draw_victims(std::mt19937& rng, int n, int world = kWorld) {
+  std::vector<int> pool(static_cast<std::size_t>(world - 1));
+  std::iota(pool.begin(), pool.end(), 1);
   std::shuffle(pool.begin(), pool.end(), rng);
   pool.resize(n);
   return pool;
@@ -207,6 +211,22 @@ TEST_CASE("shrink: one of 4 ranks killed in each collective, the survivors go on
   run_trials("SIGKILL one of 4, survivors shrink",
              matrix(0x5a1u, 1, 0, 0, 1, {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"}),
              "time from the kill to the first right iteration on the shrunk group");
+}
+
+TEST_CASE("shrink: one rank killed in a job of 2 and in a job of 8, the survivors go on within 2 s",
+          "[faults][shrink]") {
+  std::vector<Trial> trials;
+  for (int world : {2, 8}) {
+    std::vector<Trial> cell = matrix(0x5a6u ^ static_cast<unsigned>(world), 1, 0, 0, 1, {"all_reduce"});
+    std::mt19937 rng(base_seed() ^ 0x5a7u ^ static_cast<unsigned>(world));
+    for (Trial& t : cell) {
+      t.world = world;
+      t.victims = draw_victims(rng, 1, world);
+      trials.push_back(t);
+    }
+  }
+  run_trials("SIGKILL one of 2 or of 8, survivors shrink", trials,
+             "time from the kill to the first right iteration on the shrunk group (one survivor of 2 goes on alone)");
 }
 
 TEST_CASE("shrink: two of 4 ranks killed at once, the last two go on", "[faults][shrink]") {
