@@ -127,21 +127,30 @@ int run(const train::CliOptions& o) {
     std::fflush(stdout);
   }
 
+  // The reporting rank is the group's rank 0. After an elastic regroup
+  // that lost rank 0 it is another process, which takes the report over,
+  // keeping the metrics rows up to this step as a resumed run does.
+  const auto leading = [&] {
+    if (trainer.communicator().rank() != 0) return false;
+    if (!report) report.emplace(options.epochs, o.metrics, trainer.step(), /*taking_over=*/true);
+    return true;
+  };
+
   const Clock::time_point t0 = Clock::now();
   double reached_at = -1;
   mlp::EvalReport last;
   mlp::TrainerCallbacks callbacks;
   callbacks.on_step = [&](const mlp::StepReport& r) {
-    if (leader) report->on_step(r);
+    if (leading()) report->on_step(r);
   };
   callbacks.on_eval = [&](const mlp::EvalReport& r) {
     last = r;
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     if (o.target_accuracy > 0 && reached_at < 0 && r.accuracy >= o.target_accuracy) reached_at = elapsed;
-    if (leader) report->on_eval(r, elapsed);
+    if (leading()) report->on_eval(r, elapsed);
   };
   callbacks.on_regroup = [&](const mlp::RegroupReport& r) {
-    if (!leader) return;
+    if (!leading()) return;
     if (r.grew)
       std::printf("kizuna-train: grew from %d to %d ranks at step %lld (epoch %d) in %.3f s\n", r.world_before,
                   r.world_after, static_cast<long long>(r.step), r.epoch + 1, r.seconds);
@@ -152,11 +161,11 @@ int run(const train::CliOptions& o) {
     std::fflush(stdout);
   };
   callbacks.on_checkpoint = [&](int epoch, const std::string& path) {
-    if (leader) std::printf("checkpoint: %s (epoch %d)\n", path.c_str(), epoch);
+    if (leading()) std::printf("checkpoint: %s (epoch %d)\n", path.c_str(), epoch);
   };
   trainer.train(callbacks);
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (trainer.stats().steps == 0 && leader) {
+  if (trainer.stats().steps == 0 && leading()) {
     std::printf("kizuna-train: nothing to do (the checkpoint has all %d epochs)\n", options.epochs);
     last = trainer.evaluate();
   } else if (trainer.stats().steps == 0) {
@@ -167,7 +176,7 @@ int run(const train::CliOptions& o) {
   const int rounds = o.measure_overlap >= 0 ? o.measure_overlap : (world > 1 ? 50 : 0);
   const mlp::Trainer::Overlap overlap = trainer.measure_overlap(rounds);
 
-  if (leader) {
+  if (leading()) {
     const mlp::TrainStats& s = trainer.stats();
     const double samples_per_s = s.wall_s > 0 ? static_cast<double>(s.samples) * world / s.wall_s : 0;
     const double wait_per_step = s.steps > 0 ? s.comm_wait_s / s.steps : 0;

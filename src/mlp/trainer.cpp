@@ -501,6 +501,18 @@ double Trainer::Overlap::hidden() const {
 }
 
 Trainer::Overlap Trainer::measure_overlap(int steps) {
+  // Elastic: a rank lost while measuring regroups and the survivors measure
+  // again, as evaluate() does.
+  for (;;) {
+    try {
+      return measure_overlap_once(steps);
+    } catch (const Error& e) {
+      if (!survive(e)) throw;
+    }
+  }
+}
+
+Trainer::Overlap Trainer::measure_overlap_once(int steps) {
   Overlap o;
   if (steps <= 0) return o;
   DistributedSampler sampler(data_.train.size, comm_->size(), comm_->rank(), true, options_.seed, false);

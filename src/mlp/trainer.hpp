@@ -197,7 +197,7 @@ class Trainer {
   // rounds and each reporting its median round. hidden = (compute + comm -
   // overlapped) / comm, clamped to [0, 1]: 1 when the step costs no more
   // than its compute, 0 when it costs compute + comm. Collective; leaves
-  // the gradients undefined.
+  // the gradients undefined. Elastic: survives a lost rank as train() does.
   struct Overlap {
     double compute_s = 0, overlapped_s = 0, comm_s = 0;
     double hidden() const;
@@ -232,6 +232,7 @@ class Trainer {
   bool survive(const Error& e);
   void regroup(std::shared_ptr<Communicator> next, bool grew, Clock_point since, const std::string& cause);
   EvalReport evaluate_once();
+  Overlap measure_overlap_once(int steps);
   void gather(const std::vector<std::uint64_t>& indices, std::size_t first, int count);
 
   std::shared_ptr<Communicator> comm_;

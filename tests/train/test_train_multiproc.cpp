@@ -2,7 +2,8 @@
 // MASTER_ADDR, MASTER_PORT, as kizuna-run sets them) train one epoch on a
 // subset of Fashion-MNIST and must reach a stated test accuracy; the
 // metrics file, the checkpoint and --resume; usage errors and a missing
-// data set; --elastic with a rank killed, and replaced.
+// data set; --elastic with a rank killed, and replaced; under kizuna-run,
+// rank 0 killed.
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -27,6 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kTrain = std::string(KIZUNA_BINARY_DIR) + "/bin/kizuna-train";
+const std::string kRun = std::string(KIZUNA_BINARY_DIR) + "/bin/kizuna-run";
 const std::string kData = "/usr/share/datasets/fashion-mnist";
 
 std::vector<ProcessResult> run_ranks(int n, const std::vector<std::string>& args) {
@@ -304,4 +307,77 @@ TEST_CASE("kizuna-train --elastic: a rank killed mid-training, the others finish
   REQUIRE(replaced.results.size() == 5);
   CHECK(replaced.results[4].ok());
   CHECK_THAT(replaced.results[0].output, Catch::Contains("grew from 3 to 4 ranks"));
+}
+
+namespace {
+
+// The child of `parent` whose environment holds `entry` (e.g. "RANK=0"), or 0.
+pid_t child_with(pid_t parent, const std::string& entry) {
+  for (const auto& d : fs::directory_iterator("/proc")) {
+    const std::string name = d.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(d.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream env(d.path() / "environ");
+    for (std::string var; std::getline(env, var, '\0');)
+      if (var == entry) return static_cast<pid_t>(std::stol(name));
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("kizuna-train --elastic under kizuna-run: rank 0 killed, rank 1 reports on and keeps the metrics",
+          "[multiproc][train][elastic]") {
+  REQUIRE(fs::exists(kData + "/train-images-idx3-ubyte.gz"));
+  // kizuna-run hosts the store, so rank 0 may die like any other.
+  const fs::path metrics = fs::temp_directory_path() / ("kizuna-elastic-" + std::to_string(::getpid()) + ".csv");
+  ProcessGroup job;
+  job.start({kRun, "--nproc-per-node", "4", "--elastic", "2:4", "--", kTrain, "--train-subset", "24000",
+             "--test-subset", "2000", "--epochs", "3", "--batch-size", "32", "--lr", "0.1", "--seed", "7",
+             "--log-every", "20", "--measure-overlap", "0", "--elastic", "--metrics", metrics.string()},
+            {});
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (job.output(0).find("[0] epoch 1/3 step") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  std::this_thread::sleep_for(100ms);
+  const pid_t rank0 = child_with(job.pid(0), "RANK=0");
+  REQUIRE(rank0 > 0);
+  ::kill(rank0, SIGKILL);
+  const std::vector<ProcessResult> r = job.wait(240s);
+  const std::string out = r[0].output;
+  INFO(out);
+  REQUIRE(r[0].ok());
+  CHECK_THAT(out, Catch::Contains("kizuna-run: rank 0 (local rank 0") && Catch::Contains("the other 3 go on"));
+  CHECK_THAT(out, Catch::Contains("[1] kizuna-train: lost a rank; shrank from 4 to 3 ranks"));
+  CHECK_THAT(out, Catch::Contains("[1] epoch 3.00: test loss"));
+  CHECK_THAT(out, Catch::Contains("[1] kizuna-train: final test accuracy 0.8"));
+  // One history: rank 0's rows, then rank 1's from where it took over, in
+  // step order, with the 3 evaluations.
+  std::ifstream in(metrics);
+  std::string line;
+  std::getline(in, line);
+  CHECK(line.rfind("step,epoch,", 0) == 0);
+  long long previous = -1;
+  int rows = 0, evaluations = 0;
+  while (std::getline(in, line)) {
+    const long long step = std::stoll(line.substr(0, line.find(',')));
+    CHECK(step >= previous);
+    previous = step;
+    ++rows;
+    // test rows: step,epoch,,test_loss,test_accuracy,...
+    const std::size_t c2 = line.find(',', line.find(',') + 1);
+    if (line.compare(c2, 2, ",,") == 0) ++evaluations;
+  }
+  CHECK(rows > 20);
+  CHECK(evaluations == 3);
+  fs::remove(metrics);
 }

@@ -32,13 +32,14 @@ std::string duration(double s) {
 
 }  // namespace
 
-Report::Report(int epochs, const std::string& metrics_path, std::optional<std::int64_t> resumed_step)
+Report::Report(int epochs, const std::string& metrics_path, std::optional<std::int64_t> resumed_step,
+               bool taking_over)
     : epochs_(epochs), tty_(::isatty(STDERR_FILENO) == 1) {
   if (metrics_path.empty()) return;
   std::string kept;  // the earlier rows a resumed run keeps
   if (resumed_step) {
     if (std::FILE* old = std::fopen(metrics_path.c_str(), "r")) {
-      kept = history(old, metrics_path, *resumed_step);
+      kept = history(old, metrics_path, *resumed_step, taking_over);
       std::fclose(old);
     }
   }
@@ -49,7 +50,7 @@ Report::Report(int epochs, const std::string& metrics_path, std::optional<std::i
   std::fflush(csv_);
 }
 
-std::string Report::history(std::FILE* old, const std::string& path, std::int64_t resumed_step) {
+std::string Report::history(std::FILE* old, const std::string& path, std::int64_t resumed_step, bool taking_over) {
   std::string text;
   char buf[1 << 16];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, old)) > 0;) text.append(buf, n);
@@ -81,7 +82,7 @@ std::string Report::history(std::FILE* old, const std::string& path, std::int64_
     double acc = NAN;
     if (c5 > c4 + 1 && std::sscanf(row.c_str() + c4 + 1, "%lf", &acc) == 1) accuracy_.push_back({step, acc});
   }
-  if (last < resumed_step)
+  if (last < resumed_step && !taking_over)
     throw Error(ErrorCode::InvalidArgument,
                 "--metrics " + path + " ends at step " + std::to_string(last) + ", before the checkpoint's step " +
                     std::to_string(resumed_step) + ": it is another run's; give another file to resume into");

@@ -20,6 +20,11 @@
 // rows appended. A file with another header, or one that ends before the
 // checkpoint's step, is another run's: an error, and it is left as it was.
 //
+// Taking over (`taking_over`, with `resumed_step` the current step): the
+// group's rank 0 was lost in an elastic job and this rank is rank 0 now.
+// The lost rank's rows up to the step are kept as on resuming; they may end
+// before it (rows are written every few steps).
+//
 // Only rank 0 makes a Report. Not thread-safe.
 #pragma once
 
@@ -36,7 +41,8 @@ namespace kizuna::train {
 
 class Report {
  public:
-  Report(int epochs, const std::string& metrics_path, std::optional<std::int64_t> resumed_step = std::nullopt);
+  Report(int epochs, const std::string& metrics_path, std::optional<std::int64_t> resumed_step = std::nullopt,
+         bool taking_over = false);
   ~Report();
 
   void on_step(const mlp::StepReport& r);
@@ -58,7 +64,7 @@ class Report {
   bool bar_open_ = false;
   // The rows of `old` up to `resumed_step`, as text, also loaded into the
   // plot's series; throws InvalidArgument for another run's file.
-  std::string history(std::FILE* old, const std::string& path, std::int64_t resumed_step);
+  std::string history(std::FILE* old, const std::string& path, std::int64_t resumed_step, bool taking_over);
 
   std::FILE* csv_ = nullptr;
   std::chrono::steady_clock::time_point last_line_{};
