@@ -282,8 +282,10 @@ class Launcher {
   // them; false when too few are left.
   bool go_on_without(WorkerGroup& group, const WorkerExit& e, Rendezvous& rdzv, int round) {
     const int running = group.running();
+    char when[32];
+    std::snprintf(when, sizeof when, " at %.1f s", std::chrono::duration<double>(Clock::now() - began_).count());
     const std::string who = "rank " + std::to_string(e.rank) + " (local rank " + std::to_string(e.local_rank) +
-                            ", pid " + std::to_string(e.pid) + ") " + e.how();
+                            ", pid " + std::to_string(e.pid) + ") " + e.how() + when;
     const std::string bounds = std::to_string(o_.elastic_min) + ":" + std::to_string(o_.elastic_max);
     if (running < o_.elastic_min) {
       say(who + "; only " + std::to_string(running) + " worker" + (running == 1 ? "" : "s") +
@@ -460,6 +462,7 @@ class Launcher {
   std::vector<std::string> inherited_;  // the environment every worker starts from
   int lost_ = 0;                        // --elastic: workers the job went on without
   int replacements_ = 0;                // --elastic: replacements started
+  const Clock::time_point began_ = Clock::now();  // for "when" in --elastic's lines
 };
 
 // Descriptors 0-2 open, so that no pipe lands there and a worker's stdout

@@ -559,7 +559,7 @@ TEST_CASE("kizuna-run --elastic: a worker killed, the others go on, its replacem
   INFO(r.output);
   REQUIRE(r.ok());
   CHECK(std::regex_search(r.output, std::regex(R"(kizuna-run: rank 2 \(local rank 2, pid [0-9]+\) was killed by SIGKILL)"
-                                               R"( \(signal 9: Killed\); the other 3 go on \(--elastic 3:4\); started a)"
+                                               R"( \(signal 9: Killed\) at [0-9]+\.[0-9] s; the other 3 go on \(--elastic 3:4\); started a)"
                                                R"( replacement that joins them \(1 of 1\))")));
   CHECK(count(r.output, std::regex(R"(\] shrunk at [0-9]+ to rank [0-2] of 3)")) == 3);
   CHECK(count(r.output, std::regex(R"(\[2\] joined at [0-9]+ as rank 3 of 4)")) == 1);
