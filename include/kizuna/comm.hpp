@@ -191,7 +191,7 @@ class Communicator {
   explicit Communicator(std::shared_ptr<Impl> impl);
 
  private:
-  // grow() and join(): create `options`, then commit to it with every
+  // shrink(), grow() and join(): create `options`, then commit to it with every
   // other member of it, or throw.
   static std::shared_ptr<Communicator> set_up(const CommOptions& options,
                                               std::chrono::steady_clock::time_point deadline);

@@ -114,14 +114,27 @@ PeerInfo this_process() {
   return p;
 }
 
+std::string encode_process(const PeerInfo& p) {
+  std::ostringstream out;
+  out << p.hostname << " " << p.boot_id << " " << p.netns << " " << p.pidns << " " << p.pid;
+  return out.str();
+}
+
+PeerInfo decode_process(const std::string& text) {
+  PeerInfo p;
+  std::istringstream in(text);
+  in >> p.hostname >> p.boot_id >> p.netns >> p.pidns >> p.pid;
+  if (!in) p = PeerInfo{};
+  return p;
+}
+
 bool same_node(const PeerInfo& a, const PeerInfo& b) {
   return a.hostname == b.hostname && a.boot_id == b.boot_id && a.netns == b.netns;
 }
 
 std::string encode_peer(const PeerInfo& p) {
   std::ostringstream out;
-  out << "kizuna-peer-v4 " << p.hostname << " " << p.boot_id << " " << p.netns << " " << p.pidns << " " << p.pid
-      << " " << p.address << " " << p.port << " " << p.incarnation << " " << p.p2p_port;
+  out << "kizuna-peer-v4 " << encode_process(p) << " " << p.address << " " << p.port << " " << p.incarnation << " " << p.p2p_port;
   return out.str();
 }
 

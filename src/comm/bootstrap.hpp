@@ -61,6 +61,10 @@ std::vector<Bytes> get_watching(Store& store, const std::vector<std::string>& ke
 
 // This process: hostname, boot id, namespaces and pid (no addresses).
 PeerInfo this_process();
+// Those fields as text, and back (a record kizuna cannot read gives an
+// empty PeerInfo, which process_gone() judges by nobody).
+std::string encode_process(const PeerInfo& p);
+PeerInfo decode_process(const std::string& text);
 
 // Ranks are on the same node when hostname, boot id and network namespace
 // all agree.

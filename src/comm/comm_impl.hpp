@@ -133,6 +133,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // "kizuna/comm<N>", N counting this process's communicators of that
   // store (CommOptions::name).
   static std::string default_name(const Store* store);
+  // How long set-up may take: CommOptions.setup_timeout, else
+  // KIZUNA_STORE_TIMEOUT (creation, shrink, grow and join alike).
+  static std::chrono::milliseconds setup_timeout(const CommOptions& options);
   void set_up_executor();
   void set_up_node_memory(const comm::NodeWait& wait, Clock::time_point deadline);
   void set_up_device(Clock::duration setup);

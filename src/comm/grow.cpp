@@ -40,49 +40,12 @@ using Clock = std::chrono::steady_clock;
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
-// A joiner's process as its ticket records it: the fields of PeerInfo that
-// say which process it is.
-std::string encode_process(const comm::PeerInfo& p) {
-  std::ostringstream out;
-  out << p.hostname << " " << p.boot_id << " " << p.netns << " " << p.pidns << " " << p.pid;
-  return out.str();
-}
-
-comm::PeerInfo decode_process(const std::string& s) {
-  comm::PeerInfo p;
-  std::istringstream in(s);
-  in >> p.hostname >> p.boot_id >> p.netns >> p.pidns >> p.pid;
-  if (!in) p = comm::PeerInfo{};  // judged by nobody (process_gone: false)
-  return p;
-}
-
-std::chrono::milliseconds setup_of(const CommOptions& options) {
-  return options.setup_timeout.count() > 0 ? options.setup_timeout : core::Env::get().store_timeout;
-}
-
 std::chrono::milliseconds left(Clock::time_point deadline) {
   return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
                   std::chrono::milliseconds(1));
 }
 
 }  // namespace
-
-// The grown communicator, on members and joiners alike: created, then
-// committed to by all (comm/death_watch.hpp), or thrown away by all.
-std::shared_ptr<Communicator> Communicator::set_up(const CommOptions& options, Clock::time_point deadline) {
-  std::shared_ptr<Communicator> made;
-  std::string why;
-  try {
-    made = create(options);
-    why = comm::commit(*options.store, options.name, options.rank, options.world_size, deadline);
-  } catch (const Error& e) {
-    comm::publish_failure(*options.store, options.name,
-                          "rank " + std::to_string(options.rank) + " of " + options.name + ": " + e.what());
-    throw;
-  }
-  if (!why.empty()) KIZUNA_THROW(ErrorCode::Aborted, options.name, " did not hold: ", why);
-  return made;
-}
 
 std::shared_ptr<Communicator> Communicator::grow(int most) {
   KIZUNA_CHECK_ARG(most >= 0, "grow: most is ", most, "; it must be 0 or more");
@@ -102,7 +65,7 @@ std::shared_ptr<Communicator> Communicator::grow(int most) {
   broadcast(plan, 3, DataType::Int64, 0).wait();
   if (plan[0] == 0) return nullptr;
   const auto start = Clock::now();
-  const auto deadline = start + setup_of(impl.options);
+  const auto deadline = start + Impl::setup_timeout(impl.options);
 
   CommOptions options = impl.options;
   options.name = impl.group + "/grow" + std::to_string(plan[2]);
@@ -116,7 +79,7 @@ std::shared_ptr<Communicator> Communicator::grow(int most) {
     if (impl.rank == 0)
       store.set(ticket + "/admit",
                 bytes(options.name + " " + std::to_string(options.world_size) + " " + std::to_string(rank)));
-    joiners.push_back({decode_process(text(store.get(ticket, left(deadline)))),
+    joiners.push_back({comm::decode_process(text(store.get(ticket, left(deadline)))),
                        "rank " + std::to_string(rank) + " of " + options.name + " (joining)"});
   }
   if (impl.rank == 0) store.add(base + "admitted", plan[0]);
@@ -138,12 +101,12 @@ std::shared_ptr<Communicator> Communicator::join(const CommOptions& options) {
   KIZUNA_CHECK_ARG(options.store != nullptr, "CommOptions.store is null");
   Store& store = *options.store;
   const std::string group = options.name.empty() ? Impl::default_name(&store) : options.name;
-  const auto setup = setup_of(options);
+  const auto setup = Impl::setup_timeout(options);
   const auto deadline = Clock::now() + setup;
   const std::string base = group + "/join/";
   const std::int64_t ticket = store.add(base + "tickets", 1);
   const std::string key = base + std::to_string(ticket);
-  store.set(key, bytes(encode_process(comm::this_process())));
+  store.set(key, bytes(comm::encode_process(comm::this_process())));
   Bytes admit;
   try {
     admit = store.get(key + "/admit", left(deadline));

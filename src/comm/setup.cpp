@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "comm/comm_impl.hpp"
+#include "comm/death_watch.hpp"
 #include "comm/signal_dump.hpp"
 #include "core/asymmetric_fence.hpp"
 #include "core/launch_env.hpp"
@@ -39,6 +40,10 @@ std::string store_identity(const Store* store) {
 }
 
 }  // namespace
+
+std::chrono::milliseconds Communicator::Impl::setup_timeout(const CommOptions& options) {
+  return options.setup_timeout.count() > 0 ? options.setup_timeout : core::Env::get().store_timeout;
+}
 
 std::string Communicator::Impl::default_name(const Store* store) {
   static std::mutex mutex;
@@ -135,7 +140,7 @@ std::shared_ptr<Communicator::Impl> Communicator::Impl::create(const CommOptions
   impl->group = impl->name;
   core::set_log_rank(options.rank);
 
-  const auto setup = options.setup_timeout.count() > 0 ? options.setup_timeout : env.store_timeout;
+  const auto setup = setup_timeout(options);
   comm::BootstrapOptions boot;
   boot.local_address = choose_local_address(options.store.get());
   boot.transport = settings.transport;
@@ -263,6 +268,26 @@ void Communicator::Impl::set_up_device(Clock::duration setup) {
 Communicator::Impl::~Impl() {
   comm::unregister_dump(dump_handle);
   shutdown();
+}
+
+// A communicator that shrink(), grow() and join() make: created, then
+// committed to by all its members (comm/death_watch.hpp), or thrown away by
+// all; a member that fails publishes why under its "failed" key, so the
+// others fail at once rather than at the deadline.
+std::shared_ptr<Communicator> Communicator::set_up(const CommOptions& options,
+                                                   std::chrono::steady_clock::time_point deadline) {
+  std::shared_ptr<Communicator> made;
+  std::string why;
+  try {
+    made = create(options);
+    why = comm::commit(*options.store, options.name, options.rank, options.world_size, deadline);
+  } catch (const Error& e) {
+    comm::publish_failure(*options.store, options.name,
+                          "rank " + std::to_string(options.rank) + " of " + options.name + ": " + e.what());
+    throw;
+  }
+  if (!why.empty()) KIZUNA_THROW(ErrorCode::Aborted, options.name, " did not hold: ", why);
+  return made;
 }
 
 }  // namespace kizuna

@@ -1,7 +1,7 @@
 // Communicator::shrink (kizuna/comm.hpp): the survivors agree on the
 // failed ranks (comm/agreement.hpp), then create a communicator of the
 // others, numbered in the old order, through the same store, and commit
-// to it together (commit() below). A rank that dies meanwhile ends that
+// to it together (Communicator::set_up, setup.cpp). A rank that dies meanwhile ends that
 // attempt on every survivor: a survivor of its node sees its process gone
 // and publishes it under the new communicator's "failed" key, which
 // set-up and the commit watch (comm/death_watch.hpp); a member whose
@@ -21,7 +21,6 @@
 #include "comm/death_watch.hpp"
 #include "comm/comm_impl.hpp"
 #include "core/check.hpp"
-#include "core/env.hpp"
 #include "core/log.hpp"
 
 namespace kizuna {
@@ -40,8 +39,7 @@ std::string list(const std::vector<int>& ranks) {
 std::shared_ptr<Communicator> Communicator::shrink() {
   Impl& impl = *impl_;
   const auto start = Clock::now();
-  const auto setup =
-      impl.options.setup_timeout.count() > 0 ? impl.options.setup_timeout : core::Env::get().store_timeout;
+  const auto setup = Impl::setup_timeout(impl.options);
   const auto deadline = start + setup;
   const int id = impl.shrink_count++;
   // The old communicator ends here: whatever is still pending on it fails.
@@ -87,14 +85,12 @@ std::shared_ptr<Communicator> Communicator::shrink() {
     comm::DeathWatch watch(store, options.name + "/failed", std::move(watched),
                            "while the shrunk communicator was set up");
     std::shared_ptr<Communicator> shrunk;
+    why.clear();
     try {
-      shrunk = create(options);
+      shrunk = set_up(options, deadline);  // a failure here is every member's at once
       shrunk->impl_->group = impl.group;
-      why = comm::commit(store, options.name, options.rank, options.world_size, deadline);
     } catch (const Error& e) {
       why = e.what();
-      // Every member learns it at once, rather than at its deadline.
-      comm::publish_failure(store, options.name, "rank " + std::to_string(options.rank) + " of " + options.name + ": " + why);
     }
     if (why.empty()) {
       KIZUNA_LOG(Info) << "shrunk " << impl.name << " to " << shrunk->name() << ": rank " << impl.rank << " of "
