@@ -14,6 +14,9 @@
 #   make bench-compare  build, then kizuna vs Gloo vs Open MPI in one run
 #                  (scripts/bench_compare.sh): raw results, report.md and
 #                  plots/ in $(BUILD)/bench-compare/ (a long run)
+#   make bench-tcp-small build, then small all-reduces over loopback TCP:
+#                  kizuna, Open MPI and the bare exchange under both
+#                  (scripts/bench_tcp_small.sh), a table of medians
 #   make bench-auto build, then auto against every forced algorithm and route,
 #                  after calibrating a tuning profile (scripts/bench_auto.sh):
 #                  report.md in $(BUILD)/bench-auto/ (a long run)
@@ -48,7 +51,7 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 SOAK_SECONDS ?= 600
 
-.PHONY: all deps configure build test demo bench bench-compare bench-doc bench-auto bench-auto-doc install clean
+.PHONY: all deps configure build test demo bench bench-compare bench-tcp-small bench-doc bench-auto bench-auto-doc install clean
 .PHONY: fuzz soak
 .PHONY: test-asan test-ubsan test-tsan
 
@@ -75,6 +78,9 @@ bench: build
 
 bench-compare: build
 	@scripts/bench_compare.sh $(BUILD)
+
+bench-tcp-small: build
+	@scripts/bench_tcp_small.sh $(BUILD)
 
 bench-auto: build
 	@scripts/bench_auto.sh $(BUILD)
