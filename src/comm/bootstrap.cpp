@@ -134,7 +134,8 @@ bool same_node(const PeerInfo& a, const PeerInfo& b) {
 
 std::string encode_peer(const PeerInfo& p) {
   std::ostringstream out;
-  out << "kizuna-peer-v4 " << encode_process(p) << " " << p.address << " " << p.port << " " << p.incarnation << " " << p.p2p_port;
+  out << "kizuna-peer-v4 " << encode_process(p) << " " << p.address << " " << p.port << " " << p.incarnation << " "
+      << p.p2p_port;
   return out.str();
 }
 
