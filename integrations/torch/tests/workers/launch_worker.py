@@ -23,6 +23,7 @@ import copy
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -103,6 +104,16 @@ gathered = [torch.empty_like(mine) for _ in range(world)]
 dist.all_gather(gathered, mine)
 expect("the same parameters on every rank", all(torch.equal(g, gathered[0]) for g in gathered),
        f"rank {rank} sees differences up to {max((g - gathered[0]).abs().max().item() for g in gathered)}")
+# Gloo's worker thread lets go of a call's tensors a moment after the call
+# completes. Where it lets go of the last reference while Python finalizes,
+# it must take the GIL, and the thread's exit aborts the process ("terminate
+# called without an active exception", seen with torch 2.15 on Python 3.11,
+# in ProcessGroupGloo::runLoop destroying an AsyncAllgatherWork). Wait until
+# only this script holds them (Tensor._use_count, torch 2.x).
+if hasattr(mine, "_use_count"):
+    deadline = time.monotonic() + 10
+    while any(t._use_count() > 1 for t in [mine, *gathered]) and time.monotonic() < deadline:
+        time.sleep(0.001)
 dist.destroy_process_group()
 
 if failures:
