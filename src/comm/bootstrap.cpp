@@ -52,11 +52,6 @@ std::string own_namespace(const char* kind) {
   return ns;
 }
 
-std::chrono::milliseconds left(Clock::time_point deadline) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return std::max(ms, std::chrono::milliseconds(1));
-}
-
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
 // How long a wait for the peers' keys goes before looking for a failure
@@ -85,13 +80,13 @@ std::vector<Bytes> get_watching(Store& store, const std::vector<std::string>& ke
   const auto start = Clock::now();
   for (std::size_t next = 0; next < keys.size();) {
     try {
-      store.wait({keys[next]}, std::min(left(deadline), kFailureCheck));
+      store.wait({keys[next]}, std::min(time_left(deadline), kFailureCheck));
       ++next;
       continue;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
     }
-    if (store.check({failed_key})) throw Error(ErrorCode::Mismatch, text(store.get(failed_key, left(deadline))));
+    if (store.check({failed_key})) throw Error(ErrorCode::Mismatch, text(store.get(failed_key, time_left(deadline))));
     if (Clock::now() >= deadline) {
       std::vector<std::string> missing;
       for (std::size_t k = next; k < keys.size() && missing.size() < 16; ++k)
@@ -101,7 +96,12 @@ std::vector<Bytes> get_watching(Store& store, const std::vector<std::string>& ke
                                          keys, missing, ""));
     }
   }
-  return store.multi_get(keys, left(deadline));
+  return store.multi_get(keys, time_left(deadline));
+}
+
+std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return std::max(ms, std::chrono::milliseconds(1));
 }
 
 PeerInfo this_process() {
@@ -297,7 +297,7 @@ Connected join_peers(Store& store, const std::string& name, int rank, int world_
   if (claims > 1) {
     std::string first = "another process";
     try {
-      first = text(store.get(name + "/claimant/" + rank_text + "/1", std::min(left(deadline), kFailureCheck * 20)));
+      first = text(store.get(name + "/claimant/" + rank_text + "/1", std::min(time_left(deadline), kFailureCheck * 20)));
     } catch (const Error&) {
     }
     publish_failure(store, failed_key,
@@ -363,7 +363,7 @@ Connected join_peers(Store& store, const std::string& name, int rank, int world_
   // up) ends the connecting too.
   const std::string failed = name + "/failed";
   const std::vector<int> fds = transport::connect_peers(listener, hello, connect_to, accept_from, deadline, [&] {
-    return store.check({failed}) ? text(store.get(failed, left(deadline))) : std::string();
+    return store.check({failed}) ? text(store.get(failed, time_left(deadline))) : std::string();
   });
   out.links.resize(world_size);
   for (int r = 0; r < world_size; ++r) {

@@ -52,6 +52,10 @@ struct Topology {
   int nodes = 1;
 };
 
+// What is left until `deadline`, at least 1 ms (a store call's timeout: 0
+// would mean none).
+std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline);
+
 // store.multi_get(keys) until `deadline`, but ended at once, with Mismatch
 // and its text, by a failure any rank publishes under `failed_key` (a
 // second claimant of a rank, a death while shrink() or grow() sets up: the

@@ -40,11 +40,6 @@ using Clock = std::chrono::steady_clock;
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
-std::chrono::milliseconds left(Clock::time_point deadline) {
-  return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-                  std::chrono::milliseconds(1));
-}
-
 }  // namespace
 
 std::shared_ptr<Communicator> Communicator::grow(int most) {
@@ -79,11 +74,11 @@ std::shared_ptr<Communicator> Communicator::grow(int most) {
     if (impl.rank == 0)
       store.set(ticket + "/admit",
                 bytes(options.name + " " + std::to_string(options.world_size) + " " + std::to_string(rank)));
-    joiners.push_back({comm::decode_process(text(store.get(ticket, left(deadline)))),
+    joiners.push_back({comm::decode_process(text(store.get(ticket, comm::time_left(deadline)))),
                        "rank " + std::to_string(rank) + " of " + options.name + " (joining)"});
   }
   if (impl.rank == 0) store.add(base + "admitted", plan[0]);
-  options.setup_timeout = left(deadline);
+  options.setup_timeout = comm::time_left(deadline);
   std::shared_ptr<Communicator> grown;
   {
     comm::DeathWatch watch(store, options.name + "/failed", std::move(joiners),
@@ -109,7 +104,7 @@ std::shared_ptr<Communicator> Communicator::join(const CommOptions& options) {
   store.set(key, bytes(comm::encode_process(comm::this_process())));
   Bytes admit;
   try {
-    admit = store.get(key + "/admit", left(deadline));
+    admit = store.get(key + "/admit", comm::time_left(deadline));
   } catch (const Error& e) {
     if (e.code() != ErrorCode::Timeout) throw;
     KIZUNA_THROW(ErrorCode::Timeout, "join ", group, ": no member admitted this process (ticket ", ticket,
@@ -125,7 +120,7 @@ std::shared_ptr<Communicator> Communicator::join(const CommOptions& options) {
   mine.name = name;
   mine.world_size = world;
   mine.rank = rank;
-  mine.setup_timeout = left(deadline);
+  mine.setup_timeout = comm::time_left(deadline);
   std::shared_ptr<Communicator> joined = set_up(mine, deadline);
   joined->impl_->group = group;
   return joined;

@@ -1,10 +1,11 @@
 // Communicator::shrink (kizuna/comm.hpp): the survivors agree on the
 // failed ranks (comm/agreement.hpp), then create a communicator of the
 // others, numbered in the old order, through the same store, and commit
-// to it together (Communicator::set_up, setup.cpp). A rank that dies meanwhile ends that
-// attempt on every survivor: a survivor of its node sees its process gone
-// and publishes it under the new communicator's "failed" key, which
-// set-up and the commit watch (comm/death_watch.hpp); a member whose
+// to it together (Communicator::set_up, setup.cpp). A rank that dies
+// meanwhile ends that attempt on every survivor: a survivor of its node
+// sees its process gone and publishes it under the new communicator's
+// "failed" key, which set-up and the commit watch
+// (comm/death_watch.hpp); a member whose
 // set-up fails publishes why there too. The survivors then agree again,
 // with that rank known failed, until the set-up deadline
 // (CommOptions.setup_timeout, else KIZUNA_STORE_TIMEOUT) from the call.
@@ -75,9 +76,7 @@ std::shared_ptr<Communicator> Communicator::shrink() {
     options.world_size = static_cast<int>(members.size());
     options.rank = static_cast<int>(std::find(members.begin(), members.end(), impl.rank) - members.begin());
     options.timeout = impl.tuning.timeout;
-    options.setup_timeout =
-        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-                 std::chrono::milliseconds(1));
+    options.setup_timeout = comm::time_left(deadline);
     std::vector<comm::DeathWatch::Watched> watched;
     for (std::size_t i = 0; i < members.size(); ++i)
       watched.push_back({peers.at(members[i]), "rank " + std::to_string(i) + " of " + options.name + " (rank " +
