@@ -10,12 +10,54 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <thread>
 #include <utility>
 
 namespace kizuna_torch {
 
 namespace {
+
+// The references kizuna's threads hold to torch calls (kizuna_work.hpp,
+// "Exit"). Never destroyed, as Completions.
+class ThreadHolds {
+ public:
+  static ThreadHolds& get() {
+    static ThreadHolds* holds = new ThreadHolds;
+    return *holds;
+  }
+  void add() {
+    const std::lock_guard lock(mutex_);
+    ++count_;
+  }
+  void release() {
+    const std::lock_guard lock(mutex_);
+    if (--count_ == 0) cv_.notify_all();
+  }
+  std::int64_t wait(std::chrono::milliseconds bound) {
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, bound, [this] { return count_ == 0; });
+    return count_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::int64_t count_ = 0;
+};
+
+// What a part's completion callback holds: the Work, counted while held.
+// The Work (and with it the caller's tensors) may be destroyed here.
+struct HeldWork {
+  explicit HeldWork(c10::intrusive_ptr<KizunaWork> w) : work(std::move(w)) { ThreadHolds::get().add(); }
+  ~HeldWork() {
+    work.reset();
+    ThreadHolds::get().release();
+  }
+  HeldWork(const HeldWork&) = delete;
+  HeldWork& operator=(const HeldWork&) = delete;
+  c10::intrusive_ptr<KizunaWork> work;
+};
 
 // Where futures are completed: threads of their own, never the thread that
 // finished the collective. A future's callbacks run where it completes, and
@@ -32,7 +74,9 @@ class Completions {
     return *pool;
   }
 
+  // A task is counted in ThreadHolds from here until its captures are gone.
   void post(std::function<void()> fn) {
+    ThreadHolds::get().add();
     std::unique_lock lock(mutex_);
     tasks_.push_back(std::move(fn));
     if (idle_ > 0) {
@@ -62,6 +106,7 @@ class Completions {
       lock.unlock();
       fn();
       fn = nullptr;  // its captures released outside the lock
+      ThreadHolds::get().release();
       lock.lock();
     }
   }
@@ -99,7 +144,8 @@ void KizunaWork::start(const c10::intrusive_ptr<KizunaWork>& work, std::vector<k
   for (const kizuna::Work& part : work->parts_) {
     // The callback holds a reference, so the Work outlives its parts even
     // when the caller drops it; kizuna drops callbacks once they have run.
-    part.on_complete([work](const kizuna::Work& done) { work->part_done(done.error()); });
+    auto held = std::make_shared<HeldWork>(work);
+    part.on_complete([held](const kizuna::Work& done) { held->work->part_done(done.error()); });
   }
 }
 
@@ -188,6 +234,8 @@ bool KizunaWork::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> KizunaWork::getFuture() { return future_; }
+
+std::int64_t wait_for_threads_to_release(std::chrono::milliseconds bound) { return ThreadHolds::get().wait(bound); }
 
 #if KIZUNA_TORCH2
 c10::intrusive_ptr<c10::ivalue::Future> KizunaWork::getFutureResult() { return result_future_; }

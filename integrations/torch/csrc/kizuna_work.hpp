@@ -44,6 +44,17 @@
 // 2.x getFutureResult() completes with the c10d::WorkResult (SUCCESS,
 // TIMEOUT or COMM_ERROR) and never with an error.
 //
+// Exit: kizuna's threads (the communicator's worker, the threads that
+// complete futures) hold references to a call until it has finished, and
+// often the last one: Python drops a tensor the moment a call returns or
+// is left in flight. Dropping the last reference to a tensor Python made
+// takes the GIL, and a thread that asks for the GIL while Python
+// finalizes is ended by CPython mid-destructor, which aborts the process
+// ("terminate called without an active exception"). Every such reference
+// is counted; wait_for_threads_to_release() waits until there are none,
+// and kizuna_torch calls it from an atexit handler, while other threads
+// may still take the GIL.
+//
 // Profiling: the profiling title ("kizuna:all_reduce", named as Gloo's
 // "gloo:all_reduce") and the input tensors go to c10d::Work, which records
 // them as an asynchronous profiler event from the call to finish(): the
@@ -59,6 +70,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -125,5 +137,10 @@ class KizunaWork final : public c10d::Work {
   bool timed_out_ = false;
   int source_rank_;
 };
+
+// Waits, at most `bound`, until kizuna's threads hold no reference to a
+// torch call (see "Exit" above); returns how many they still hold. Call it
+// without the GIL.
+std::int64_t wait_for_threads_to_release(std::chrono::milliseconds bound);
 
 }  // namespace kizuna_torch

@@ -2,6 +2,7 @@
 // base class the torch being built for wants (torch_compat.hpp).
 #include "process_group_kizuna.hpp"
 
+#include "kizuna_work.hpp"
 #include "torch_comm.hpp"
 #include "torch_compat.hpp"
 
@@ -10,6 +11,7 @@
 #include <pybind11/chrono.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -186,6 +188,14 @@ void bind_process_group(pybind11::module_& m) {
       "Shrinks a failed kizuna backend (collective over the survivors): returns the survivors' "
       "backend, each of its ranks' rank in the old group, its name and its timeout in ms (0: "
       "kizuna's default). kizuna_torch.shrink() wraps this in a ProcessGroup.");
+  m.def(
+      "_wait_for_threads_to_release",
+      [](double seconds) {
+        return wait_for_threads_to_release(std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)));
+      },
+      py::arg("seconds"), py::call_guard<py::gil_scoped_release>(),
+      "Waits, at most `seconds`, until kizuna's threads hold no reference to a torch call; returns "
+      "how many they still hold (kizuna_work.hpp, \"Exit\"). kizuna_torch calls it at exit.");
 }
 
 }  // namespace kizuna_torch

@@ -33,13 +33,16 @@ running torch expects: with torch 2.x, for the "cpu" and "cuda" device
 types (CUDA tensors are refused with a message saying so).
 """
 
+import atexit as _atexit
 import datetime as _datetime
+import sys as _sys
 
 import torch as _torch
 import torch.distributed as _dist
 import torch.distributed.distributed_c10d as _c10d
 
 from ._C import _shrink
+from ._C import _wait_for_threads_to_release
 from ._C import create_process_group as _create_process_group
 
 __all__ = ["BACKEND", "create_process_group", "shrink"]
@@ -131,4 +134,28 @@ def _register():
         _dist.Backend.register_backend(BACKEND, create_process_group)
 
 
+# How long exit waits for calls still in flight (see _let_threads_release).
+_EXIT_WAIT_S = 10.0
+
+
+def _let_threads_release():
+    """Run at exit, before Python finalizes: waits until kizuna's threads
+    hold no reference to a call (its Work, its tensors, its future).
+
+    They often hold the last reference to a tensor: Python drops its own as
+    soon as a call returns, or leaves a call in flight (async_op=True, no
+    wait). Dropping that reference takes the GIL, and a thread that asks for
+    the GIL once Python has begun to finalize is ended by CPython
+    mid-destructor, which aborts the process ("terminate called without an
+    active exception", pytorch/pytorch#190489 for Gloo's threads). Here,
+    before finalization, other threads may still take the GIL; calls in
+    flight finish, or fail once their peers have gone.
+    """
+    left = _wait_for_threads_to_release(_EXIT_WAIT_S)
+    if left:
+        print(f"kizuna_torch: {left} call(s) still in flight at exit after {_EXIT_WAIT_S:g} s; "
+              "the process may abort while Python finalizes", file=_sys.stderr, flush=True)
+
+
 _register()
+_atexit.register(_let_threads_release)

@@ -10,10 +10,10 @@ different orders). Gloo has no AVG: its reference is SUM / world size.
 import torch
 import torch.distributed as dist
 
-from common import Checker, init
+from common import Checker, gloo_reference, init
 
 rank, world = init()
-gloo = dist.new_group(backend="gloo")
+gloo = gloo_reference()
 check = Checker(rank)
 
 R = dist.ReduceOp

@@ -18,10 +18,10 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import Checker, init
+from common import Checker, gloo_reference, init
 
 rank, world = init()
-gloo = dist.new_group(backend="gloo")
+gloo = gloo_reference()
 kz = dist.group.WORLD
 check = Checker(rank)
 torch.manual_seed(0)  # the same initial model on every rank
