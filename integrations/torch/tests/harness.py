@@ -10,6 +10,7 @@ every rank's output.
 import importlib.util
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -21,9 +22,36 @@ WORKERS = HERE / "workers"
 SOURCE = HERE.parent
 
 
+def _ephemeral_low():
+    """The lowest port the kernel hands out by itself (bind to port 0,
+    connect's source ports)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    """A port the kernel just handed out (bind port 0, read it, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A free port below the kernel's ephemeral range, for a worker to bind.
+
+    A port from binding port 0 is one the kernel may hand to any process
+    again the moment it is released (a listener or a connection's source
+    port of another test running alongside), before rank 0 binds it. Below
+    the ephemeral range only another caller of free_port() picking the
+    same port at random can take it."""
+    rng = random.SystemRandom()
+    high = min(_ephemeral_low(), 65536) - 1
+    low = max(1024, min(20000, high - 1000))
+    for _ in range(200 if high > low else 0):
+        port = rng.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # no room below it: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
