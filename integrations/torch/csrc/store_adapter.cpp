@@ -3,10 +3,14 @@
 #include <kizuna/error.hpp>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 namespace kizuna_torch {
@@ -46,9 +50,21 @@ auto guarded(const char* call, const std::string& key, Fn&& fn) -> decltype(fn()
   }
 }
 
+// Whether `store` is a TCPStore, or PrefixStores over one.
+bool over_tcp_store(c10::intrusive_ptr<c10d::Store> store) {
+  for (int depth = 0; store && depth < 64; ++depth) {
+    if (dynamic_cast<c10d::TCPStore*>(store.get()) != nullptr) return true;
+    auto* prefix = dynamic_cast<c10d::PrefixStore*>(store.get());
+    if (prefix == nullptr) return false;
+    store = prefix->getUnderlyingStore();
+  }
+  return false;
+}
+
 }  // namespace
 
-C10dStoreAdapter::C10dStoreAdapter(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {
+C10dStoreAdapter::C10dStoreAdapter(c10::intrusive_ptr<c10d::Store> store)
+    : store_(std::move(store)), poll_(over_tcp_store(store_)) {
   if (!store_) throw Error(ErrorCode::InvalidArgument, "C10dStoreAdapter: the c10d store is null");
   const auto t = store_->getTimeout();
   // c10d's zero timeout means "no timeout"; kizuna's deadlines are finite.
@@ -75,6 +91,10 @@ Bytes C10dStoreAdapter::compare_set(const std::string& key, const Bytes& expecte
 void C10dStoreAdapter::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   if (keys.empty()) return;
   const auto bounded = std::max(timeout, std::chrono::milliseconds(1));
+  if (poll_) {
+    poll_until_present(keys, bounded);
+    return;
+  }
   try {
     store_->wait(keys, bounded);
     return;
@@ -92,6 +112,26 @@ void C10dStoreAdapter::wait(const std::vector<std::string>& keys, std::chrono::m
     if (present) return;
   }
   throw Error(ErrorCode::Timeout, "timed out after " + std::to_string(bounded.count()) +
+                                      " ms waiting for store key(s) " + join(keys));
+}
+
+// A TCPStore's wait, by check() (see the header): a key set soon after the
+// first look is seen soon, and a long wait costs the store one request
+// every kMaxPause.
+void C10dStoreAdapter::poll_until_present(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kFirstPause = std::chrono::microseconds(200);
+  constexpr auto kMaxPause = std::chrono::microseconds(10000);
+  const auto deadline = Clock::now() + timeout;
+  auto pause = kFirstPause;
+  for (;;) {
+    if (check(keys)) return;
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, kMaxPause);
+  }
+  throw Error(ErrorCode::Timeout, "timed out after " + std::to_string(timeout.count()) +
                                       " ms waiting for store key(s) " + join(keys));
 }
 

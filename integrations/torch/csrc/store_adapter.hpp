@@ -15,17 +15,25 @@
 //
 // Deadlines: c10d's get() waits for the c10d store's own timeout, so every
 // waiting call first waits with kizuna's timeout (at least 1 ms: c10d reads a
-// zero timeout as "forever"). A wait that fails while a key is still missing
-// is kizuna::Error(Timeout) naming the keys and the timeout (one whose keys
-// are there by the time it looks succeeds); any other c10d failure (a lost
-// store connection) is kizuna::Error(SystemError) carrying c10d's message. kizuna code, which reacts to error codes, thus sees the
-// same errors from this store as from its own TcpStore.
+// zero timeout as "forever"). On a TCPStore (or PrefixStores over one) that
+// wait polls check(), with pauses from 0.2 ms doubling to 10 ms, instead of
+// calling c10d's wait(keys, timeout): torch 1.13's TCPStore client gives
+// such a wait up while the server keeps it, and the server's late answer is
+// then read by the next request as its own (a check() says a missing key is
+// there, and every answer after it is one request late). Other stores keep
+// c10d's wait (a FileStore's check() blocks until its file exists). A wait
+// whose keys are still missing at its deadline is kizuna::Error(Timeout)
+// naming the keys and the timeout (one whose keys are there by the time it
+// looks succeeds); any other c10d failure (a lost store connection) is
+// kizuna::Error(SystemError) carrying c10d's message. kizuna code, which
+// reacts to error codes, thus sees the same errors from this store as from
+// its own TcpStore.
 //
 // Ownership and threading: holds a reference to the c10d store for as long as
 // it lives. Calls may come from any thread (kizuna's worker uses the store
 // when it explains a timeout); c10d's TCPStore serialises them on its
-// connection. This file depends only on c10d::Store, which is the same in
-// torch 1.13 and 2.x.
+// connection. This file depends only on c10d::Store, PrefixStore and
+// TCPStore, which are the same in torch 1.13 and 2.x.
 #pragma once
 
 #include <kizuna/store.hpp>
@@ -66,7 +74,10 @@ class C10dStoreAdapter final : public kizuna::Store {
   const c10::intrusive_ptr<c10d::Store>& c10d_store() const { return store_; }
 
  private:
+  void poll_until_present(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+
   c10::intrusive_ptr<c10d::Store> store_;
+  bool poll_;  // wait by polling check(): a TCPStore (see "Deadlines")
 };
 
 }  // namespace kizuna_torch

@@ -35,6 +35,7 @@ types (CUDA tensors are refused with a message saying so).
 
 import atexit as _atexit
 import datetime as _datetime
+import os as _os
 import sys as _sys
 
 import torch as _torch
@@ -157,5 +158,11 @@ def _let_threads_release():
               "the process may abort while Python finalizes", file=_sys.stderr, flush=True)
 
 
+def _forked_child():
+    # A forked child has none of the parent's threads, only their count.
+    _atexit.unregister(_let_threads_release)
+
+
 _register()
 _atexit.register(_let_threads_release)
+_os.register_at_fork(after_in_child=_forked_child)

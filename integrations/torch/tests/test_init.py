@@ -96,3 +96,27 @@ def test_store_adapter(c10d_store):
         with pytest.raises(RuntimeError, match=r"timed out after 300 ms waiting for store key.*never"):
             call()
         assert time.monotonic() - start < 20
+
+
+def test_store_adapter_stays_in_step_after_a_wait_times_out(c10d_store):
+    """A wait that times out leaves every later request with its own answer.
+    torch's TCPStore client gives a wait up by a receive timeout on its
+    connection, and the server's answer, sent once the key comes, stays in
+    the stream for the next request to read as its own: torch 1.13's check()
+    then says a missing key is there. kizuna rendezvous in 100 ms waits while
+    it watches for a published failure, so this wedged a 3-rank start-up
+    (one rank waited its whole timeout for a failure nobody published)."""
+    s = _C._StoreAdapter(c10d_store)
+    s.set("ready", b"1")  # a FileStore's check() waits until its file exists
+    with pytest.raises(RuntimeError, match=r"timed out after 100 ms waiting for store key.*late"):
+        s.wait(["late"], 100)
+    other = c10d_store
+    if isinstance(c10d_store, dist.TCPStore):  # another client of the same server
+        other = dist.TCPStore("127.0.0.1", c10d_store.port, 1, False, timeout=datetime.timedelta(seconds=30))
+    other.set("late", b"1")
+    time.sleep(0.2)  # an abandoned wait's answer would be in the stream by now
+    assert not s.check(["missing"])
+    assert s.check(["late"])
+    assert s.get("late", 1000) == b"1"
+    assert s.add("counter", 2) == 2
+    assert not s.check(["missing"])
