@@ -50,6 +50,12 @@ auto guarded(const char* call, const std::string& key, Fn&& fn) -> decltype(fn()
   }
 }
 
+// A wait whose keys are still missing at its deadline.
+[[noreturn]] void throw_wait_timeout(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  throw Error(ErrorCode::Timeout,
+              "timed out after " + std::to_string(timeout.count()) + " ms waiting for store key(s) " + join(keys));
+}
+
 // Whether `store` is a TCPStore, or PrefixStores over one.
 bool over_tcp_store(c10::intrusive_ptr<c10d::Store> store) {
   for (int depth = 0; store && depth < 64; ++depth) {
@@ -111,8 +117,7 @@ void C10dStoreAdapter::wait(const std::vector<std::string>& keys, std::chrono::m
     }
     if (present) return;
   }
-  throw Error(ErrorCode::Timeout, "timed out after " + std::to_string(bounded.count()) +
-                                      " ms waiting for store key(s) " + join(keys));
+  throw_wait_timeout(keys, bounded);
 }
 
 // A TCPStore's wait, by check() (see the header): a key set soon after the
@@ -131,8 +136,7 @@ void C10dStoreAdapter::poll_until_present(const std::vector<std::string>& keys, 
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, kMaxPause);
   }
-  throw Error(ErrorCode::Timeout, "timed out after " + std::to_string(timeout.count()) +
-                                      " ms waiting for store key(s) " + join(keys));
+  throw_wait_timeout(keys, timeout);
 }
 
 bool C10dStoreAdapter::check(const std::vector<std::string>& keys) {
