@@ -22,7 +22,7 @@
 //
 // Threading: calls arrive on any thread. Tasks run one at a time, under
 // exec_mutex, on the worker or on a caller that waits (run_inline) or runs
-// its own call at once (try_direct, try_mailbox); the queue and the
+// its own call at once (try_direct, try_small); the queue and the
 // sequence gate are under queue_mutex (see `gate`). The error state is
 // under error_mutex and read through `broken`.
 #pragma once
@@ -159,10 +159,10 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // once it is done.
   std::weak_ptr<detail::WorkState> last_queued;
   // The next collective's sequence number, shifted left by one, and in the
-  // lowest bit whether try_mailbox's way is closed: it is open while
+  // lowest bit whether try_small's way is closed: it is open while
   // callers wait for their calls at once (callers_wait), nothing is queued
   // and the communicator is not stopping. Changed under queue_mutex, but
-  // for try_mailbox, which takes a number from an open gate with one
+  // for try_small, which takes a number from an open gate with one
   // compare-exchange instead of the queue's lock (with exec_mutex held, so
   // that nothing runs meanwhile): a thread that queues a call closes the
   // gate before it takes a number, so a call taken that way never runs
@@ -188,7 +188,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   Work submit_p2p(const comm::Call& call, int tag);
   // A send or receive as the point-to-point engine takes it, with a Work.
   static comm::P2pOp p2p_op(const comm::Call& call, int tag, Clock::time_point deadline);
-  std::optional<Work> try_mailbox(const comm::Call& call);
+  std::optional<Work> try_small(const comm::Call& call);
   std::optional<Work> try_direct(Task& t);
   Work queue_part_run(Task t, std::unique_lock<core::FutexMutex>& exec);
   void push_queued(const std::vector<std::shared_ptr<Task>>& tasks);
@@ -209,8 +209,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // Schedules of recent calls: training repeats the same few shapes, and a
   // small all-reduce should not pay for building its schedule every time.
   std::map<ScheduleKey, std::shared_ptr<const algo::RankSchedule>> schedules;
-  // The last collective's plan: training and benchmarks repeat one shape,
-  // which then costs neither the cost model nor a look in `schedules`.
+  // The last collective's plan (plan_for).
   struct Plan {
     algo::Collective collective = algo::Collective::AllReduce;
     int root = 0;
@@ -230,6 +229,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   bool run_mailbox(Task& t, Clock::duration patience);
   bool run_symmetric(Task& t);
   bool run_schedule(Task& t, Clock::duration patience);
+  const Plan& plan_for(const comm::Call& call, comm::Buffers buffers);
+  bool start_schedule(Task& t, const Plan& p, Clock::duration patience);
   void run_p2p(Task& t, Clock::time_point deadline);
   void finish_collective(const Task& t);
   algo::Algorithm choose(const comm::Call& call, comm::Buffers buffers) const;

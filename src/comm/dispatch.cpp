@@ -5,11 +5,12 @@
 // caller that waits runs the queue up to its call (run_inline), and a
 // caller whose calls are waited for at once, with nothing queued or
 // running, runs a small call itself without the queue (try_direct, and
-// try_mailbox for the mailboxes' calls, which skips even the Task). A
-// direct call never sleeps: a peer not there within the inline grace
-// leaves it queued, part-run, for the caller's wait or the worker to
-// finish, so that a caller may still issue further calls (on other
-// communicators too) before it waits. docs/tuning.md#direct-calls.
+// try_small for the smallest all-reduces and barriers, which skips even
+// the queue's Task and lock). A direct call never sleeps: a peer not there
+// within the inline grace leaves it queued, part-run, for the caller's
+// wait or the worker to finish, so that a caller may still issue further
+// calls (on other communicators too) before it waits.
+// docs/tuning.md#direct-calls.
 #include <algorithm>
 
 #include "comm/comm_impl.hpp"
@@ -25,7 +26,7 @@ thread_local const Communicator::Impl* Communicator::Impl::holding_exec = nullpt
 Work Communicator::Impl::submit(const comm::Call& call) {
   if (call.kind == comm::CallKind::Collective &&
       (call.collective == algo::Collective::AllReduce || call.collective == algo::Collective::Barrier))
-    if (std::optional<Work> done = try_mailbox(call)) return *std::move(done);
+    if (std::optional<Work> done = try_small(call)) return *std::move(done);
   Task t;
   t.call = call;
   t.buffers = classify(t);
@@ -286,20 +287,26 @@ Work Communicator::Impl::queue_part_run(Task t, std::unique_lock<core::FutexMute
   return Work(task->work);
 }
 
-// A mailbox call in try_direct's case, without a Task or the executor's
-// dispatch (the cheapest way for the smallest calls). Its route does not
-// depend on the placement (the mailboxes serve only calls below the staged
-// route's threshold), nor on the buffers' kind below symmetric_from.
-std::optional<Work> Communicator::Impl::try_mailbox(const comm::Call& c) {
-  if (!mailbox || broken.load()) return std::nullopt;
+// A small all-reduce or barrier in try_direct's case, on the mailboxes or
+// on a schedule over the links, without a Task in the queue or the layers
+// of run_task: one number from the open gate, one history record, and the
+// route's way (the cheapest way for the smallest calls, whose time is
+// mostly this bookkeeping: docs/tuning.md#direct-calls). Its route is the
+// one execute() would take: it does not depend on the placement (only a
+// call of the staged route's size does, and such a call is left to
+// try_direct), nor on the buffers' kind below symmetric_from.
+std::optional<Work> Communicator::Impl::try_small(const comm::Call& c) {
+  if (broken.load()) return std::nullopt;
   const std::size_t bytes = c.bytes();
-  if (bytes >= tuning.symmetric_from && symmetric->any()) return std::nullopt;
+  if (bytes >= tuning.symmetric_from && symmetric && symmetric->any()) return std::nullopt;
   const comm::Route route = comm::choose_route({c.kind, c.collective, bytes}, comm::Buffers::Host,
                                                comm::Placement::Unknown, paths, tuning);
-  if (route != comm::Route::Mailbox || !comm::runs_in_caller(route, bytes, false, tuning)) return std::nullopt;
+  if (!comm::runs_in_caller(route, bytes, false, tuning)) return std::nullopt;
   if (holding_exec == this) return std::nullopt;
   std::unique_lock exec = take_exec_briefly();
   if (!exec) return std::nullopt;
+  // A placement probe due at this call may sleep: try_direct leaves it queued.
+  if (route == comm::Route::Schedule && symmetric && symmetric->slot_call_probes()) return std::nullopt;
   const HoldingExec holding(this);
   std::uint64_t g = gate.load(std::memory_order_relaxed);
   if ((g & 1) != 0 || !gate.compare_exchange_strong(g, g + 2, std::memory_order_relaxed)) return std::nullopt;
@@ -309,22 +316,41 @@ std::optional<Work> Communicator::Impl::try_mailbox(const comm::Call& c) {
   t.seq = g >> 1;
   t.queued_at = core::coarse_now();
   t.deadline = t.queued_at + tuning.timeout;
-  t.history_id = history.running(t.seq, algo::name(c.collective), c.dtype, c.count, -1, "mailbox", 1, t.queued_at);
   last_enqueue.store(t.queued_at, std::memory_order_relaxed);
-  t.label = label(t, "mailbox");
-  live.begin(t.seq, 1);
-  t.running = true;
+  const std::string_view what = algo::name(c.collective);
   try {
-    if (mailbox->run({c.collective, c.send, c.recv, c.count, c.dtype, c.op, t.seq}, t.deadline, t.label,
-                     tuning.inline_grace)) {
+    bool done;
+    if (route == comm::Route::Mailbox) {
+      t.history_id = history.running(t.seq, what, c.dtype, c.count, -1, "mailbox", 1, t.queued_at);
+      t.label = label(t, "mailbox");
+      live.begin(t.seq, 1);
+      t.running = true;
+      done = mailbox->run({c.collective, c.send, c.recv, c.count, c.dtype, c.op, t.seq}, t.deadline, t.label,
+                          tuning.inline_grace);
+    } else {
+      const Plan& p = plan_for(c, comm::Buffers::Host);
+      const auto steps = static_cast<std::uint32_t>(p.schedule->steps.size());
+      t.history_id = history.running(t.seq, what, c.dtype, c.count, -1, algo::name(p.schedule->algorithm), steps,
+                                     t.queued_at);
+      t.label = label(t, algo::name(p.algorithm));
+      // As execute() does for a call off the mailboxes, and run_schedule.
+      if (mailbox) mailbox->announce(t.seq, static_cast<std::uint32_t>(c.collective), c.count);
+      if (symmetric) symmetric->before_slot_call(bytes, t.seq, t.deadline, t.label);
+      done = start_schedule(t, p, tuning.inline_grace);
+    }
+    if (done) {
       finish_collective(t);
       // Within the inline grace of queued_at: the same time, to the coarse
       // clock's few milliseconds, without another look at it.
       history.ended(t.history_id, true, t.queued_at);
       return Work();
     }
-  } catch (const Error& raw) {
-    const Error e = raw.code() == ErrorCode::Timeout ? explain_timeout(raw, t.seq) : raw;
+  } catch (const std::exception& raw) {
+    // As run_task: the communicator fails with it (its number is taken).
+    const auto* error = dynamic_cast<const Error*>(&raw);
+    const Error e = !error                                 ? Error(ErrorCode::Internal, raw.what())
+                    : error->code() == ErrorCode::Timeout ? explain_timeout(*error, t.seq)
+                                                          : *error;
     fail(e);
     history.ended(t.history_id, false);
     auto work = std::make_shared<detail::WorkState>();

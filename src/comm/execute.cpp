@@ -169,21 +169,37 @@ bool Communicator::Impl::run_symmetric(Task& t) {
 
 // False when the executor yielded after `patience` (t.running: resume it).
 bool Communicator::Impl::run_schedule(Task& t, Clock::duration patience) {
-  const comm::Call& c = t.call;
-  const std::size_t elem = size_of(c.dtype);
-  Plan& p = last_plan;
-  if (!p.schedule || p.collective != c.collective || p.root != c.root || p.count != c.count || p.elem != elem ||
-      p.buffers != t.buffers) {
-    const algo::ScheduleRequest req = request_for(c, choose(c, t.buffers), c.count);
-    p = Plan{c.collective, c.root, c.count, elem, t.buffers, req.algorithm, schedule_for(req)};
-  }
+  const Plan& p = plan_for(t.call, t.buffers);
   t.label = label(t, algo::name(p.algorithm));
   // The slots write as the placement probe last told: a call over them
   // counts towards the next probe, and holds it first when one is due.
-  if (symmetric) symmetric->before_slot_call(c.bytes(), t.seq, t.deadline, t.label);
+  if (symmetric) symmetric->before_slot_call(t.call.bytes(), t.seq, t.deadline, t.label);
+  const auto steps = static_cast<std::uint32_t>(p.schedule->steps.size());
+  history.started(t.history_id, algo::name(p.schedule->algorithm), steps);
+  return start_schedule(t, p, patience);
+}
+
+// The plan of a call on the Schedule route: the last one's when the call
+// repeats its shape (training and benchmarks repeat one), which then costs
+// neither the cost model nor a look in `schedules`.
+const Communicator::Impl::Plan& Communicator::Impl::plan_for(const comm::Call& c, comm::Buffers buffers) {
+  const std::size_t elem = size_of(c.dtype);
+  Plan& p = last_plan;
+  if (!p.schedule || p.collective != c.collective || p.root != c.root || p.count != c.count || p.elem != elem ||
+      p.buffers != buffers) {
+    const algo::ScheduleRequest req = request_for(c, choose(c, buffers), c.count);
+    p = Plan{c.collective, c.root, c.count, elem, buffers, req.algorithm, schedule_for(req)};
+  }
+  return p;
+}
+
+// Starts `t` on the executor with plan `p` (its label and history record
+// set); false when it yielded after `patience`.
+bool Communicator::Impl::start_schedule(Task& t, const Plan& p, Clock::duration patience) {
+  const comm::Call& c = t.call;
   const algo::RankSchedule& schedule = *p.schedule;
-  history.started(t.history_id, algo::name(schedule.algorithm), static_cast<std::uint32_t>(schedule.steps.size()));
-  if (scratch.size() < schedule.scratch_count * elem) scratch.resize(schedule.scratch_count * elem);  // zeroed: pre-faulted
+  const std::size_t need = schedule.scratch_count * p.elem;
+  if (scratch.size() < need) scratch.resize(need);  // zeroed: pre-faulted
   t.running = true;
   const comm::CallTag tag{t.seq, comm::message_code(c)};
   if (executor->start(schedule, {c.send, c.recv, scratch.data()}, c.dtype, c.op, tag, t.deadline, t.label, patience))

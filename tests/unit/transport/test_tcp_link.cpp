@@ -145,3 +145,48 @@ TEST_CASE("peer_closed sees a closed peer between calls without consuming its by
   p.a.reset();  // the peer goes away
   CHECK(p.b->peer_closed());
 }
+
+TEST_CASE("small frames stay whole and in order however the stream splits them", "[tcp_link]") {
+  // Frames up to a few hundred bytes go through the link's own buffer by
+  // send() and recv(): several queued at once leave as one write, and a
+  // frame that arrives a byte at a time is put together as recvmsg() would.
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  std::unique_ptr<Link> sender = make_tcp_link(1, sv[0]);
+  const int raw = sv[1];
+  std::vector<std::vector<unsigned char>> sent;
+  for (std::uint32_t i = 0; i < 12; ++i) {
+    std::vector<unsigned char> m(i * 45);  // 0 .. 495 bytes: frames on both sides of the buffer's size
+    for (std::size_t k = 0; k < m.size(); ++k) m[k] = static_cast<unsigned char>(k * 7 + i);
+    sent.push_back(m);
+  }
+  // The first four together (under the buffer's size), then one by one.
+  for (std::uint32_t i = 0; i < sent.size(); ++i) {
+    sender->post_send(sent[i].data(), sent[i].size(), {5, i});
+    if (i < 3) continue;
+    for (int k = 0; k < 1000 && !sender->send_idle(); ++k) sender->progress();
+    REQUIRE(sender->send_idle());
+  }
+  // Read back what went out, then feed it to a receiving link a byte at a time.
+  std::vector<unsigned char> stream;
+  unsigned char buf[4096];
+  for (ssize_t got; (got = ::recv(raw, buf, sizeof buf, MSG_DONTWAIT)) > 0;)
+    stream.insert(stream.end(), buf, buf + got);
+  int rv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, rv) == 0);
+  std::unique_ptr<Link> receiver = make_tcp_link(0, rv[1]);
+  std::size_t fed = 0;
+  for (std::uint32_t i = 0; i < sent.size(); ++i) {
+    std::vector<unsigned char> got(sent[i].size());
+    receiver->post_recv({got.data(), nullptr, got.size(), DataType::UInt8, ReduceOp::Sum}, {5, i});
+    for (int guard = 0; !receiver->recv_done() && guard < 100000; ++guard) {
+      if (fed < stream.size() && guard % 2 == 0) REQUIRE(::send(rv[0], &stream[fed++], 1, 0) == 1);
+      receiver->progress();
+    }
+    REQUIRE(receiver->recv_done());
+    CHECK(got == sent[i]);
+  }
+  CHECK(fed == stream.size());
+  ::close(raw);
+  ::close(rv[0]);
+}
