@@ -27,7 +27,7 @@ namespace {
 constexpr int kMaxIov = 64;
 // Frames up to this size (header and payload) travel through a buffer of
 // the link's own (see send_iov).
-constexpr std::size_t kSmallFrame = 512;
+constexpr std::size_t kSmallFrame = 2048;
 
 class TcpLink final : public Link {
  public:

@@ -156,7 +156,7 @@ TEST_CASE("small frames stay whole and in order however the stream splits them",
   const int raw = sv[1];
   std::vector<std::vector<unsigned char>> sent;
   for (std::uint32_t i = 0; i < 12; ++i) {
-    std::vector<unsigned char> m(i * 45);  // 0 .. 495 bytes: frames on both sides of the buffer's size
+    std::vector<unsigned char> m(i * 190);  // 0 .. 2090 bytes: frames on both sides of the buffer's size
     for (std::size_t k = 0; k < m.size(); ++k) m[k] = static_cast<unsigned char>(k * 7 + i);
     sent.push_back(m);
   }
