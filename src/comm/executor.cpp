@@ -52,26 +52,21 @@ std::string Executor::last_heard(int peer) const {
   return "; rank " + std::to_string(peer) + "'s last message here was in " + which + ", " + buf + " s ago";
 }
 
-unsigned char* Executor::address(const algo::RankSchedule& s, const ExecBuffers& b, Buffer which,
-                                 std::uint64_t offset) const {
-  const std::size_t elem = s.request.elem_size;
-  switch (which) {
-    case Buffer::Input: return static_cast<unsigned char*>(const_cast<void*>(b.input)) + offset * elem;
-    case Buffer::Output: return static_cast<unsigned char*>(b.output) + offset * elem;
-    case Buffer::Scratch: return static_cast<unsigned char*>(b.scratch) + offset * elem;
-  }
-  return nullptr;
-}
-
 void Executor::post_send(int peer, const unsigned char* data, std::size_t bytes) {
   transport::Link* link = links_[peer];
   KIZUNA_CHECK(link != nullptr, "no link from rank ", rank_, " to rank ", peer);
   const std::uint64_t number = link->post_send(data, bytes, {tag_.seq, send_index_[peer]++, tag_.code});
   pending_.push_back({link, number, data, data + bytes});
+  // Set it going now, not at the next wait: the peer waits for it, while
+  // what this rank does next (posting its receive) can wait.
+  try {
+    link->progress();
+  } catch (const Error& e) {
+    link_failed(link, e);
+  }
 }
 
-bool Executor::wait_for_region(const unsigned char* begin, const unsigned char* end) {
-  if (pending_.empty()) return true;  // most steps of a small call: nothing in flight
+bool Executor::wait_for_sends_over(const unsigned char* begin, const unsigned char* end) {
   for (const PendingSend& p : pending_) {
     if (p.begin < end && begin < p.end && p.link->sent_count() < p.number) {
       transport::Link* link = p.link;
@@ -79,8 +74,11 @@ bool Executor::wait_for_region(const unsigned char* begin, const unsigned char* 
       if (!wait_until([&] { return link->sent_count() >= number; }, link->peer())) return false;
     }
   }
-  // Forget sends that have completed.
-  std::erase_if(pending_, [](const PendingSend& p) { return p.link->sent_count() >= p.number; });
+  // Forget sends that have completed, once there are enough to matter: a
+  // long schedule's list stays short, a small call's costs nothing here
+  // (wait_all_sends() empties it at the end).
+  if (pending_.size() >= kForgetSendsFrom)
+    std::erase_if(pending_, [](const PendingSend& p) { return p.link->sent_count() >= p.number; });
   return true;
 }
 

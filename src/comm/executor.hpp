@@ -114,8 +114,16 @@ class Executor {
     const unsigned char* end;
   };
 
-  unsigned char* address(const algo::RankSchedule& s, const ExecBuffers& b, algo::Buffer which,
-                         std::uint64_t offset) const;
+  static unsigned char* address(const algo::RankSchedule& s, const ExecBuffers& b, algo::Buffer which,
+                                std::uint64_t offset) {
+    const std::size_t at = offset * s.request.elem_size;
+    switch (which) {
+      case algo::Buffer::Input: return static_cast<unsigned char*>(const_cast<void*>(b.input)) + at;
+      case algo::Buffer::Output: return static_cast<unsigned char*>(b.output) + at;
+      case algo::Buffer::Scratch: return static_cast<unsigned char*>(b.scratch) + at;
+    }
+    return nullptr;
+  }
   // Runs the steps from step_ on; false when it must yield (see start()).
   bool advance();
   bool run_step(const algo::Step& step);
@@ -124,7 +132,13 @@ class Executor {
   // message of another call, what that call is.
   [[noreturn]] void link_failed(transport::Link* link, const Error& e);
   // These return false when they must yield, having changed nothing.
-  bool wait_for_region(const unsigned char* begin, const unsigned char* end);
+  // Before a step writes [begin, end): waits for the sends still reading
+  // it (most steps of a small call have none in flight).
+  bool wait_for_region(const unsigned char* begin, const unsigned char* end) {
+    return pending_.empty() || wait_for_sends_over(begin, end);
+  }
+  bool wait_for_sends_over(const unsigned char* begin, const unsigned char* end);
+  static constexpr std::size_t kForgetSendsFrom = 16;
   bool wait_all_sends();
   // ", rank 3's last message here was in #16, 12.3 s ago" (or that none came).
   std::string last_heard(int peer) const;
