@@ -149,11 +149,19 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   // Waking the worker for every call costs two thread switches per call,
   // most of a small all-reduce's time when ranks outnumber cores. So a
   // call wakes it only when the last call was not run by a caller that
-  // waited for it at once (callers_wait false) or when it sleeps without a
-  // deadline (worker_asleep); otherwise it finds the call at its next nap's
-  // end (docs/tuning.md#direct-calls).
+  // waited for it at once (callers_wait false), when it sleeps without a
+  // deadline (worker_asleep) or when it naps long (worker_napping_long);
+  // otherwise it finds the call at its next nap's end
+  // (docs/tuning.md#direct-calls).
   bool callers_wait = false;
   bool worker_asleep = false;
+  // The worker's naps while callers wait: tuning.worker_nap while calls
+  // are being queued, doubling up to tuning.awake while none is (callers
+  // run theirs directly, and a wake-up every nap would take a core from
+  // them). A call queued during a long nap wakes it (worker_napping_long).
+  Clock::duration worker_nap_now{};
+  bool worker_napping_long = false;
+  std::uint64_t queued_count = 0;  // calls queued so far
   std::atomic<Clock::time_point> last_enqueue{};
   // The last call queued (under queue_mutex): point-to-point calls start
   // once it is done.

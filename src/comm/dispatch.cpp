@@ -120,7 +120,14 @@ void Communicator::Impl::worker_loop() {
           if (stopping || now >= until) break;
           queue_cv.wait_until(lock, until);
         } else if (callers_wait && now - last_enqueue.load(std::memory_order_relaxed) < tuning.awake) {
-          queue_cv.wait_until(lock, now + tuning.worker_nap);
+          if (worker_nap_now < tuning.worker_nap) worker_nap_now = tuning.worker_nap;
+          const std::uint64_t queued_before = queued_count;
+          worker_napping_long = worker_nap_now > tuning.worker_nap;
+          queue_cv.wait_until(lock, now + worker_nap_now);
+          worker_napping_long = false;
+          worker_nap_now = queued_count != queued_before
+                               ? tuning.worker_nap
+                               : std::min<Clock::duration>(worker_nap_now * 2, tuning.awake);
         } else if (direct_in_flight.load() > 0 && !broken.load()) {
           worker_asleep = true;  // a call queued now wakes it, as below
           queue_cv.wait_until(lock, now + tuning.peer_watch);
@@ -279,8 +286,9 @@ Work Communicator::Impl::queue_part_run(Task t, std::unique_lock<core::FutexMute
     std::lock_guard lock(queue_mutex);
     close_gate();
     queue.push_front(task);
+    ++queued_count;
     if (queue.size() == 1) last_queued = task->work;
-    wake = worker_asleep;
+    wake = worker_asleep || worker_napping_long;
   }
   exec.unlock();
   if (wake) queue_cv.notify_one();
@@ -378,7 +386,8 @@ void Communicator::Impl::push_queued(const std::vector<std::shared_ptr<Task>>& t
     }
     last_queued = tasks.back()->work;
     last_enqueue.store(tasks.back()->queued_at, std::memory_order_relaxed);
-    wake = !callers_wait || worker_asleep;
+    queued_count += tasks.size();
+    wake = !callers_wait || worker_asleep || worker_napping_long;
   }
   if (wake) queue_cv.notify_one();
 }

@@ -230,8 +230,8 @@ std::string Tuning::describe() const {
   out << "  waiting      spin " << spin.count() << " us, yield " << yield.count() << " us"
       << (light_rings ? ", light rings" : "") << "\n";
   out << "  direct       up to " << bytes_text(direct_bytes) << ", grace " << inline_grace.count() << " us, "
-      << exec_tries << " tries; worker naps " << worker_nap.count() << " us while calls come within "
-      << awake.count() << " ms\n";
+      << exec_tries << " tries; worker naps " << worker_nap.count() << " us, up to " << awake.count()
+      << " ms while nothing is queued, while calls come within " << awake.count() << " ms\n";
   out << "  device       parts of " << bytes_text(direct_part_bytes) << " GPU to GPU, " << bytes_text(staged_part_bytes)
       << " staged (at most " << staged_parts << ")\n";
   out << "  deadlines    " << timeout.count() << " ms a call" << (check ? "; KIZUNA_CHECK on" : "");
