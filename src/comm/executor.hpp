@@ -132,13 +132,12 @@ class Executor {
   // message of another call, what that call is.
   [[noreturn]] void link_failed(transport::Link* link, const Error& e);
   // These return false when they must yield, having changed nothing.
-  // Before a step writes [begin, end): waits for the sends still reading
-  // it (most steps of a small call have none in flight).
+  // wait_for_region: before a step writes [begin, end), waits for the
+  // sends still reading it (most steps of a small call have none in flight).
   bool wait_for_region(const unsigned char* begin, const unsigned char* end) {
     return pending_.empty() || wait_for_sends_over(begin, end);
   }
   bool wait_for_sends_over(const unsigned char* begin, const unsigned char* end);
-  static constexpr std::size_t kForgetSendsFrom = 16;
   bool wait_all_sends();
   // ", rank 3's last message here was in #16, 12.3 s ago" (or that none came).
   std::string last_heard(int peer) const;
@@ -169,6 +168,7 @@ class Executor {
   std::vector<Clock::time_point> last_time_from_;
   LiveProgress* live_ = nullptr;
   std::vector<PendingSend> pending_;
+  static constexpr std::size_t kForgetSendsFrom = 16;  // completed ones are dropped from this many
   transport::Link* recv_link_ = nullptr;
   std::chrono::microseconds spin_{20};
   std::chrono::microseconds yield_{50};
