@@ -277,6 +277,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   std::string report(std::size_t limit = comm::History::kSize) const;
   [[noreturn]] void throw_unusable() const;
   Error explain_timeout(const Error& e, std::uint64_t seq);
+  Error call_error(const std::exception& raw, const Task& t);
   void fail(const Error& e);
   void fail_queued(const std::exception_ptr& error);
   void watch_peers();

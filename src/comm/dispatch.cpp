@@ -354,11 +354,8 @@ std::optional<Work> Communicator::Impl::try_small(const comm::Call& c) {
       return Work();
     }
   } catch (const std::exception& raw) {
-    // As run_task: the communicator fails with it (its number is taken).
-    const auto* error = dynamic_cast<const Error*>(&raw);
-    const Error e = !error                                 ? Error(ErrorCode::Internal, raw.what())
-                    : error->code() == ErrorCode::Timeout ? explain_timeout(*error, t.seq)
-                                                          : *error;
+    // As in run_task: the communicator fails with it (its number is taken).
+    const Error e = call_error(raw, t);
     fail(e);
     history.ended(t.history_id, false);
     auto work = std::make_shared<detail::WorkState>();

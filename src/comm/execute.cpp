@@ -57,16 +57,10 @@ bool Communicator::Impl::run_task(Task& t, Clock::duration patience) {
       KIZUNA_THROW(ErrorCode::Timeout, "the CUDA stream of ", label(t, "").str(), " did not deliver its input within ",
                    tuning.timeout.count(), " ms");
     if (!execute(t, patience)) return false;
-  } catch (const Error& raw) {
-    const Error e = raw.code() == ErrorCode::Timeout && t.call.kind == comm::CallKind::Collective
-                        ? explain_timeout(raw, t.seq)
-                        : raw;
+  } catch (const std::exception& raw) {
+    const Error e = call_error(raw, t);
     error = std::make_exception_ptr(e);
     fail(e);
-    history.ended(t.history_id, false);
-  } catch (const std::exception& e) {
-    error = std::make_exception_ptr(Error(ErrorCode::Internal, e.what()));
-    fail(Error(ErrorCode::Internal, e.what()));
     history.ended(t.history_id, false);
   }
   t.running = false;
@@ -83,6 +77,17 @@ bool Communicator::Impl::run_task(Task& t, Clock::duration patience) {
     t.work->finish(error);
   }
   return true;
+}
+
+// What a call that failed with `raw` reports: a collective's Timeout
+// explained (where every rank is), another kizuna::Error as it is,
+// anything else an Internal error.
+Error Communicator::Impl::call_error(const std::exception& raw, const Task& t) {
+  const auto* error = dynamic_cast<const Error*>(&raw);
+  if (!error) return Error(ErrorCode::Internal, raw.what());
+  if (error->code() == ErrorCode::Timeout && t.call.kind == comm::CallKind::Collective)
+    return explain_timeout(*error, t.seq);
+  return *error;
 }
 
 // False when it yielded after `patience` (t.running: resume it).
