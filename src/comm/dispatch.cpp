@@ -75,6 +75,7 @@ Work Communicator::Impl::submit_p2p(const comm::Call& call, int tag) {
 
 // The worker holds a reference of its own until it ends (see shutdown).
 void Communicator::Impl::start() {
+  worker_nap_now = tuning.worker_nap;
   worker = std::thread([self = shared_from_this()] { self->worker_loop(); });
 }
 
@@ -120,7 +121,6 @@ void Communicator::Impl::worker_loop() {
           if (stopping || now >= until) break;
           queue_cv.wait_until(lock, until);
         } else if (callers_wait && now - last_enqueue.load(std::memory_order_relaxed) < tuning.awake) {
-          if (worker_nap_now < tuning.worker_nap) worker_nap_now = tuning.worker_nap;
           const std::uint64_t queued_before = queued_count;
           worker_napping_long = worker_nap_now > tuning.worker_nap;
           queue_cv.wait_until(lock, now + worker_nap_now);

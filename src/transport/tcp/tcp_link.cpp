@@ -219,23 +219,6 @@ class TcpLink final : public Link {
 
   bool progress_send() {
     bool moved = false;
-    // A small call's case: one small frame, not started, leaves whole in
-    // one send(). Anything else (a part sent, an error) goes the general way.
-    if (sendq_.size() == 1 && sendq_.front().done == 0 && kFrameHeaderBytes + sendq_.front().bytes <= kSmallFrame) {
-      Pending& p = sendq_.front();
-      const std::size_t frame = kFrameHeaderBytes + p.bytes;
-      const iovec iov[2] = {{p.header.data(), kFrameHeaderBytes}, {const_cast<unsigned char*>(p.data), p.bytes}};
-      const ssize_t sent = send_iov(iov, p.bytes ? 2 : 1, frame);
-      if (sent == static_cast<ssize_t>(frame)) {
-        sendq_.pop_front();
-        ++sent_;
-        return true;
-      }
-      if (sent > 0) {
-        p.done = static_cast<std::size_t>(sent);
-        moved = true;
-      }
-    }
     while (!sendq_.empty()) {
       iovec iov[kMaxIov];
       int n = 0;
