@@ -229,6 +229,8 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   } last_plan;
   std::vector<unsigned char> scratch;
 
+  bool symmetric_may_count(const comm::Call& call) const;
+  comm::Buffers kind_of(const comm::Call& call) const;
   comm::Buffers classify(Task& t) const;
   comm::Route route_for(const Task& t) const;
   bool run_task(Task& t, Clock::duration patience = comm::Executor::kHoldOn);

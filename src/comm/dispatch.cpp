@@ -302,13 +302,14 @@ Work Communicator::Impl::queue_part_run(Task t, std::unique_lock<core::FutexMute
 // mostly this bookkeeping: docs/tuning.md#direct-calls). Its route is the
 // one execute() would take: it does not depend on the placement (only a
 // call of the staged route's size does, and such a call is left to
-// try_direct), nor on the buffers' kind below symmetric_from.
+// try_direct); on symmetric memory it is the symmetric table's choice, as
+// a profile may make it from small sizes on (docs/tuning.md#tuner).
 std::optional<Work> Communicator::Impl::try_small(const comm::Call& c) {
   if (broken.load()) return std::nullopt;
   const std::size_t bytes = c.bytes();
-  if (bytes >= tuning.symmetric_from && symmetric && symmetric->any()) return std::nullopt;
-  const comm::Route route = comm::choose_route({c.kind, c.collective, bytes}, comm::Buffers::Host,
-                                               comm::Placement::Unknown, paths, tuning);
+  const comm::Buffers buffers = kind_of(c);
+  const comm::Route route =
+      comm::choose_route({c.kind, c.collective, bytes}, buffers, comm::Placement::Unknown, paths, tuning);
   if (!comm::runs_in_caller(route, bytes, false, tuning)) return std::nullopt;
   if (holding_exec == this) return std::nullopt;
   std::unique_lock exec = take_exec_briefly();
@@ -320,6 +321,7 @@ std::optional<Work> Communicator::Impl::try_small(const comm::Call& c) {
   if ((g & 1) != 0 || !gate.compare_exchange_strong(g, g + 2, std::memory_order_relaxed)) return std::nullopt;
   Task t;
   t.call = c;
+  t.buffers = buffers;
   t.route = route;
   t.seq = g >> 1;
   t.queued_at = core::coarse_now();
@@ -336,7 +338,7 @@ std::optional<Work> Communicator::Impl::try_small(const comm::Call& c) {
       done = mailbox->run({c.collective, c.send, c.recv, c.count, c.dtype, c.op, t.seq}, t.deadline, t.label,
                           tuning.inline_grace);
     } else {
-      const Plan& p = plan_for(c, comm::Buffers::Host);
+      const Plan& p = plan_for(c, buffers);
       const auto steps = static_cast<std::uint32_t>(p.schedule->steps.size());
       t.history_id = history.running(t.seq, what, c.dtype, c.count, -1, algo::name(p.schedule->algorithm), steps,
                                      t.queued_at);
@@ -362,6 +364,7 @@ std::optional<Work> Communicator::Impl::try_small(const comm::Call& c) {
     work->finish(std::make_exception_ptr(e));
     return Work(work);
   }
+  if (buffers == comm::Buffers::Symmetric) classify(t);  // queued: it holds its buffers as one queued would
   return queue_part_run(std::move(t), exec);
 }
 

@@ -23,14 +23,28 @@ namespace kizuna {
 using comm::Task;
 using algo::Collective;
 
+// Whether a call's buffers' kind can change its route: an all-reduce left
+// to auto, from symmetric_from (where the tables of private and symmetric
+// buffers part), once there is symmetric memory to lie in.
+bool Communicator::Impl::symmetric_may_count(const comm::Call& c) const {
+  return symmetric && c.kind == comm::CallKind::Collective && c.collective == Collective::AllReduce &&
+         tuning.algorithm == Algorithm::Auto && c.bytes() >= tuning.symmetric_from && symmetric->any();
+}
+
 // The buffers' kind of a host call: symmetric when both buffers lie in
-// symmetric memory (their allocations then held until the call has run).
-// Looked up only where the route could take it (from symmetric_from).
+// symmetric memory. Looked up only where it can count.
+comm::Buffers Communicator::Impl::kind_of(const comm::Call& c) const {
+  if (!symmetric_may_count(c)) return comm::Buffers::Host;
+  const bool both = symmetric->holds(c.send, c.bytes()) && (c.recv == c.send || symmetric->holds(c.recv, c.bytes()));
+  return both ? comm::Buffers::Symmetric : comm::Buffers::Host;
+}
+
+// As kind_of, and a call on symmetric memory holds its buffers'
+// allocations until it has run (a queued call may run after the user freed
+// them).
 comm::Buffers Communicator::Impl::classify(Task& t) const {
   const comm::Call& c = t.call;
-  if (!symmetric || c.kind != comm::CallKind::Collective || c.collective != Collective::AllReduce ||
-      tuning.algorithm != Algorithm::Auto || c.bytes() < tuning.symmetric_from || !symmetric->any())
-    return comm::Buffers::Host;
+  if (!symmetric_may_count(c)) return comm::Buffers::Host;
   std::shared_ptr<const void> in = symmetric->pin(c.send, c.bytes());
   std::shared_ptr<const void> out = symmetric->pin(c.recv, c.bytes());
   if (!in || !out) return comm::Buffers::Host;

@@ -184,8 +184,8 @@ std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::allocate_any(std::
   {
     std::lock_guard lock(mutex_);
     for (auto it = by_address_.begin(); it != by_address_.end();)
-      it = it->second.expired() ? by_address_.erase(it) : std::next(it);
-    by_address_[reinterpret_cast<std::uintptr_t>(allocation->regions[rank].data())] = allocation;
+      it = it->second.allocation.expired() ? by_address_.erase(it) : std::next(it);
+    by_address_[reinterpret_cast<std::uintptr_t>(allocation->regions[rank].data())] = {allocation, allocation->bytes};
   }
   user_ready_.store(true, std::memory_order_release);
   return allocation;
@@ -237,7 +237,7 @@ SymmetricMemory::Found SymmetricMemory::find(const void* p, std::size_t bytes) c
   auto it = by_address_.upper_bound(at);
   if (it == by_address_.begin()) return {};
   --it;
-  std::shared_ptr<Allocation> a = it->second.lock();
+  std::shared_ptr<Allocation> a = it->second.allocation.lock();
   if (!a || at - it->first > a->bytes || bytes > a->bytes - (at - it->first)) return {};
   return {std::move(a), at - it->first};
 }
@@ -246,10 +246,20 @@ std::shared_ptr<const void> SymmetricMemory::pin(const void* p, std::size_t byte
   return find(p, bytes).allocation;
 }
 
+bool SymmetricMemory::holds(const void* p, std::size_t bytes) const {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lock(mutex_);
+  auto it = by_address_.upper_bound(at);
+  if (it == by_address_.begin()) return false;
+  --it;
+  const Registered& r = it->second;
+  return at - it->first <= r.bytes && bytes <= r.bytes - (at - it->first) && !r.allocation.expired();
+}
+
 std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::by_number(std::uint64_t number) const {
   std::lock_guard lock(mutex_);
-  for (const auto& [address, weak] : by_address_)
-    if (auto a = weak.lock(); a && a->number == number) return a;
+  for (const auto& [address, registered] : by_address_)
+    if (auto a = registered.allocation.lock(); a && a->number == number) return a;
   return nullptr;
 }
 

@@ -165,6 +165,8 @@ class SymmetricMemory {
   // The allocation holding [p, p + bytes), kept mapped while the handle
   // lives (a queued call holds its buffers' so); null when none does.
   std::shared_ptr<const void> pin(const void* p, std::size_t bytes) const;
+  // Whether an allocation holds [p, p + bytes), without keeping it mapped.
+  bool holds(const void* p, std::size_t bytes) const;
 
   struct Call {
     const void* input = nullptr;
@@ -273,7 +275,14 @@ class SymmetricMemory {
   int failed_peer_ = -1;
   std::optional<transport::AbortNotice> cause_;
   mutable std::mutex mutex_;
-  std::map<std::uintptr_t, std::weak_ptr<Allocation>> by_address_;
+  // The user's allocations by their address here, with their size: holds()
+  // answers from it without taking a reference (docs/tuning.md#tuner: it is
+  // asked on every small call on symmetric memory).
+  struct Registered {
+    std::weak_ptr<Allocation> allocation;
+    std::size_t bytes = 0;
+  };
+  std::map<std::uintptr_t, Registered> by_address_;
 };
 
 }  // namespace kizuna::comm

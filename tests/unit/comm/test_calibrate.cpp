@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/calibrate.hpp"
+#include "comm/comm_impl.hpp"
 #include "error_of.hpp"
 #include "run_ranks.hpp"
 
@@ -188,5 +189,55 @@ TEST_CASE("tuning profile: one with no section for this world is left aside", "[
   const std::string path = temp_file(kProfile);
   const auto comms = make_comms(3, on_shm(), [&](int, CommOptions& o) { o.tuning_file = path; });
   for (const auto& c : comms) CHECK(c->tuning().find("profile ") == std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("tuning profile: a small call on symmetric memory takes the symmetric table, run by its caller",
+          "[comm][calibrate]") {
+  // The tables part at 4 KiB (doubling for private buffers, ring for
+  // symmetric ones), so calls there look their buffers up; a loop of them
+  // waited for at once still runs in the caller (try_small, whose calls
+  // share one history record), on the symmetric table's choice.
+  const std::string path = temp_file(
+      "kizuna-tuning 1\n"
+      "section world=2 nodes=1 local=2 transport=shm buffers=private\n"
+      "candidates mailbox ring doubling\n"
+      "8 0.3 2 1\n"
+      "4096 - 4 2\n"
+      "end\n"
+      "section world=2 nodes=1 local=2 transport=shm buffers=symmetric\n"
+      "candidates mailbox ring doubling symmetric\n"
+      "8 0.3 2 1 9\n"
+      "4096 - 2 4 9\n"
+      "end\n");
+  const CommOptions base = on_shm();
+  std::vector<std::shared_ptr<Communicator::Impl>> impls(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    mine.tuning_file = path;
+    impls[r] = Communicator::Impl::create(mine);
+  });
+  constexpr std::size_t kCount = 1024;  // 4 KiB of float32
+  constexpr int kCalls = 50;
+  run_ranks(2, [&](int r) {
+    Communicator c(impls[r]);
+    CHECK(impls[r]->tuning.symmetric_from > 8);
+    CHECK(impls[r]->tuning.symmetric_from <= 4096);
+    const std::shared_ptr<void> memory = c.allocate_symmetric(kCount * sizeof(float));
+    REQUIRE(memory);
+    auto* v = static_cast<float*>(memory.get());
+    for (int k = 0; k < kCalls; ++k) {
+      for (std::size_t i = 0; i < kCount; ++i) v[i] = float(r + 1) * float((i + k) % 5);
+      c.all_reduce(v, kCount, DataType::Float32, ReduceOp::Sum).wait();
+      for (std::size_t i = 0; i < kCount; ++i) REQUIRE(v[i] == 3.0f * float((i + k) % 5));
+    }
+    const std::string report = impls[r]->history.report(impls[r]->live, "");
+    INFO(report);
+    CHECK_THAT(report, Contains("all_reduce float32 x1024 (ring), "));
+    CHECK_THAT(report, Contains(" calls, the last: done"));
+    CHECK(report.find("(doubling)") == std::string::npos);
+  });
   std::remove(path.c_str());
 }
