@@ -36,9 +36,10 @@ def time_text(us):
 
 
 def load(results):
-    """{config: {contender: {size: [us per round]}}}, the wrong-element count
-    and the rounds."""
-    data, wrong, rounds = {}, 0, set()
+    """{config: {contender: {size: [us per round]}}}, {config: {size: the
+    candidate auto took}} (as kizuna-perf --versus recorded it), the
+    wrong-element count and the rounds."""
+    data, took, wrong, rounds = {}, {}, 0, set()
     for path in sorted(glob.glob(os.path.join(results, "*.json"))):
         m = NAME.match(os.path.basename(path))
         if not m:
@@ -53,35 +54,8 @@ def load(results):
             for size, times in zip(run["sizes"], per_size):
                 if times:
                     sizes[size] = times
-    return data, wrong, rounds
-
-
-def profile_choices(results):
-    """{config: {size: candidate}}: what auto takes at each measured size of
-    the profile the run calibrated (the fastest; the mailboxes up to 1 KiB),
-    as comm/profile.cpp decides."""
-    path = os.path.join(results, "profile.txt")
-    choices, key, candidates = {}, None, []
-    if not os.path.exists(path):
-        return choices
-    for line in open(path):
-        w = line.split()
-        if not w or w[0].startswith("#") or w[0] == "kizuna-tuning":
-            continue
-        if w[0] == "section":
-            f = dict(x.split("=", 1) for x in w[1:])
-            key = f"{f['transport']}-n{f['world']}-{f['buffers']}"
-        elif w[0] == "candidates":
-            candidates = w[1:]
-        elif w[0] == "end":
-            key = None
-        elif key:
-            size = int(w[0])
-            times = [(float(t), c) for t, c in zip(w[1:], candidates)
-                     if t != "-" and not (c == "mailbox" and size > 1024)]
-            if times:
-                choices.setdefault(key, {})[size] = min(times)[1]
-    return choices
+        took.setdefault(m["config"], {}).update(zip(run["sizes"], run.get("took", {}).get("auto", [])))
+    return data, took, wrong, rounds
 
 
 def config_order(name):
@@ -133,7 +107,7 @@ def tables(data, took):
 
 
 def render(results):
-    data, wrong, rounds = load(results)
+    data, took, wrong, rounds = load(results)
     if not data:
         sys.exit(f"report.py: no results in {results}")
     failures = []
@@ -148,11 +122,11 @@ def render(results):
            "then race, in rounds that alternate them: \"auto\", kizuna-perf's default with that profile; "
            "\"rules\", auto without a profile; and every forced choice: each algorithm, the mailboxes (up to "
            "1 KiB), the staged route and, on symmetric memory, the symmetric route. A ratio is best forced time / "
-           "auto time: at least 0.90 meets the target. \"auto took\": the candidate the profile names at that "
-           "size; \"same, forced\": that candidate forced (auto against it shows the cost of deciding and the "
-           f"spread between rounds). Wrong elements: {wrong}. Runs that failed: {', '.join(failures) or 'none'}."
+           "auto time: at least 0.90 meets the target. \"auto took\": the candidate auto, with the profile, "
+           "decided on at that size; \"same, forced\": that candidate forced (auto against it shows the cost of "
+           f"deciding and the spread between rounds). Wrong elements: {wrong}. Runs that failed: {', '.join(failures) or 'none'}."
            + (f" The whole run took {duration}." if duration else ""), ""]
-    return "\n".join(out + tables(data, profile_choices(results)))
+    return "\n".join(out + tables(data, took))
 
 
 def main():

@@ -97,6 +97,21 @@ std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric
   return out;
 }
 
+Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmetric) {
+  Call call;
+  call.count = bytes / 4;
+  const Buffers buffers = symmetric && impl.symmetric && impl.symmetric->any() && bytes >= impl.tuning.symmetric_from
+                              ? Buffers::Symmetric
+                              : Buffers::Host;
+  const Placement placement = impl.symmetric ? impl.symmetric->agreed_placement() : Placement::Unknown;
+  switch (choose_route({call.kind, call.collective, bytes}, buffers, placement, impl.paths, impl.tuning)) {
+    case Route::Mailbox: return Candidate::Mailbox;
+    case Route::Staged: return Candidate::Staged;
+    case Route::Symmetric: return Candidate::Symmetric;
+    default: return schedule_candidate(impl.choose(call, buffers));
+  }
+}
+
 std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& entrants,
                                                    const std::vector<std::uint64_t>& sizes, int repetitions,
                                                    std::chrono::microseconds per_measurement,

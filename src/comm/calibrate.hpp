@@ -59,6 +59,12 @@ struct Forced {
 };
 std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric, const std::string& tag);
 
+// The candidate that `impl`, left to auto, takes for an in-place float32
+// sum of `bytes` on private buffers, or on its own symmetric memory with
+// `symmetric`: its route, and on the Schedule route its algorithm, as a
+// call's would be decided now (the placement the ranks last agreed on).
+Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmetric);
+
 // One runner of race(): in-place float32 sums on `comm` over `buffer`
 // (at least the largest size), at the sizes up to `upto` bytes.
 struct Entrant {

@@ -10,10 +10,12 @@
 #include <kizuna/types.hpp>
 
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -415,6 +417,38 @@ TEST_CASE("kizuna-perf --calibrate P --versus P races auto against every forced 
       REQUIRE(c[name][i].size() == 2);  // one time per round
       CHECK(c[name][i][0].get<double>() > 0);
     }
+  }
+  // What auto took at each size: a candidate the profile measured within
+  // 5% of the fastest there (comm::kPreferWithin: the rules may keep a
+  // near tie).
+  REQUIRE(j["took"]["auto"].size() == 3);
+  REQUIRE(j["took"]["rules"].size() == 3);
+  std::istringstream text(read_file(profile));
+  std::vector<std::string> columns;
+  std::map<std::uint64_t, std::vector<std::string>> rows;
+  for (std::string line; std::getline(text, line);) {
+    std::istringstream words(line);
+    std::string first;
+    words >> first;
+    std::vector<std::string> rest;
+    for (std::string w; words >> w;) rest.push_back(w);
+    if (first == "candidates") columns = rest;
+    else if (!first.empty() && std::isdigit(static_cast<unsigned char>(first[0]))) rows[std::stoull(first)] = rest;
+  }
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::uint64_t bytes = j["sizes"][i];
+    const std::string took = j["took"]["auto"][i];
+    INFO(bytes << " B: auto took " << took);
+    REQUIRE(rows.count(bytes) == 1);
+    double fastest = 1e300, chosen = -1;
+    for (std::size_t k = 0; k < columns.size(); ++k) {
+      if (rows[bytes][k] == "-") continue;
+      const double us = std::stod(rows[bytes][k]);
+      fastest = std::min(fastest, us);
+      if (columns[k] == took) chosen = us;
+    }
+    REQUIRE(chosen > 0);
+    CHECK(chosen <= fastest * 1.05 + 1e-9);
   }
   // "rules" must be auto without a profile: a profile in the environment
   // would make it another "auto".

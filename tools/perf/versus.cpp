@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "comm/calibrate.hpp"
+#include "comm/comm_impl.hpp"
 #include "comm/mailbox.hpp"
 #include "data.hpp"
 
@@ -21,6 +22,7 @@ namespace {
 struct Contender {
   std::string name;
   std::shared_ptr<Communicator> comm;
+  std::shared_ptr<Communicator::Impl> impl;  // auto's and the rules': what they take
   std::shared_ptr<void> memory;  // its buffer, where it has one of its own
   float* buffer = nullptr;
   std::uint64_t upto = UINT64_MAX;
@@ -76,6 +78,16 @@ std::string write_json(const VersusArgs& a, int world, std::int64_t wrong, const
     }
     out << ']';
   }
+  out << "},\n \"took\": {";
+  bool first = true;
+  for (const Contender& c : contenders) {
+    if (!c.impl) continue;
+    out << (first ? "\n  " : ",\n  ") << '"' << c.name << "\": [";
+    first = false;
+    for (std::size_t i = 0; i < a.sizes.size(); ++i)
+      out << (i ? ", " : "") << '"' << comm::name(comm::taken(*c.impl, a.sizes[i], a.symmetric)) << '"';
+    out << ']';
+  }
   out << "}}\n";
   out.close();
   return out ? "" : "cannot write " + a.json;
@@ -107,7 +119,8 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
     if (std::string(name) == "auto") o.tuning_file = a.profile;
     Contender c;
     c.name = name;
-    c.comm = Communicator::create(o);
+    c.impl = Communicator::Impl::create(o);
+    c.comm = std::make_shared<Communicator>(c.impl);
     // Auto's own symmetric memory: symmetric memory of another
     // communicator is ordinary memory to it.
     c.memory = symmetric ? c.comm->allocate_symmetric(largest) : private_memory(largest);
@@ -115,7 +128,7 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
     contenders.push_back(std::move(c));
   }
   for (const comm::Forced& f : forced)
-    contenders.push_back({std::string(comm::name(f.candidate)), f.comm, nullptr, static_cast<float*>(shared.get()),
+    contenders.push_back({std::string(comm::name(f.candidate)), f.comm, nullptr, nullptr, static_cast<float*>(shared.get()),
                           f.candidate == comm::Candidate::Mailbox ? comm::Mailbox::capacity() : UINT64_MAX});
   Communicator& first = *contenders.front().comm;
   const bool printing = first.rank() == 0;

@@ -18,8 +18,10 @@
 // (inputs from perf/data.hpp, compared bit for bit). Rank 0 writes `json`:
 //   {"world": N, "transport": "...", "buffers": "private"|"symmetric",
 //    "wrong": W, "sizes": [bytes...],
-//    "contenders": {"auto": [[us per round] per size], "rules": ..., "ring": ...}}
-// with [] where a contender does not run a size (the mailboxes past 1 KiB).
+//    "contenders": {"auto": [[us per round] per size], "rules": ..., "ring": ...},
+//    "took": {"auto": [candidate per size], "rules": [...]}}
+// with [] where a contender does not run a size (the mailboxes past 1 KiB);
+// "took" is what auto and the rules decide at each size (comm::taken).
 #pragma once
 
 #include <kizuna/comm_options.hpp>
