@@ -122,8 +122,10 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
     c.impl = Communicator::Impl::create(o);
     c.comm = std::make_shared<Communicator>(c.impl);
     // Auto's own symmetric memory: symmetric memory of another
-    // communicator is ordinary memory to it.
-    c.memory = symmetric ? c.comm->allocate_symmetric(largest) : private_memory(largest);
+    // communicator is ordinary memory to it. Private buffers: the forced
+    // candidates' one, so that no contender's figures differ by where its
+    // pages happen to lie.
+    c.memory = symmetric ? c.comm->allocate_symmetric(largest) : shared;
     c.buffer = static_cast<float*>(c.memory.get());
     contenders.push_back(std::move(c));
   }
