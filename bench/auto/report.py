@@ -136,9 +136,10 @@ def render(results):
            "1 KiB), the staged route and, on symmetric memory, the symmetric route. A ratio is best forced time / "
            "auto time, of their medians: at least 0.90 meets the target. \"paired\": the median of the rounds' "
            "own ratios, each round's two raced within a second of each other, so that a change of the host's "
-           "pace between rounds cancels (the best forced chosen by medians). \"auto took\": the candidate auto, with the profile, "
-           "decided on at that size; \"same, forced\": that candidate forced (auto against it shows the cost of "
-           f"deciding and the spread between rounds). Wrong elements: {wrong}. Runs that failed: {', '.join(failures) or 'none'}."
+           "pace between rounds cancels (the best forced chosen by medians). \"auto took\": the candidate "
+           "auto, with the profile, decided on at that size; \"same, forced\": that candidate forced (auto "
+           "against it shows the cost of deciding and the spread between rounds). "
+           f"Wrong elements: {wrong}. Runs that failed: {', '.join(failures) or 'none'}."
            + (f" The whole run took {duration}." if duration else ""), ""]
     return "\n".join(out + tables(data, took))
 

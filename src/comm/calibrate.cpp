@@ -100,9 +100,7 @@ std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric
 Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmetric) {
   Call call;
   call.count = bytes / 4;
-  const Buffers buffers = symmetric && impl.symmetric && impl.symmetric->any() && bytes >= impl.tuning.symmetric_from
-                              ? Buffers::Symmetric
-                              : Buffers::Host;
+  const Buffers buffers = symmetric && impl.symmetric_may_count(call) ? Buffers::Symmetric : Buffers::Host;
   const Placement placement = impl.symmetric ? impl.symmetric->agreed_placement() : Placement::Unknown;
   switch (choose_route({call.kind, call.collective, bytes}, buffers, placement, impl.paths, impl.tuning)) {
     case Route::Mailbox: return Candidate::Mailbox;

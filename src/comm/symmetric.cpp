@@ -231,14 +231,21 @@ bool SymmetricMemory::exchange(const std::string& key, const std::string& mine, 
   return all;
 }
 
+SymmetricMemory::ByAddress::const_iterator SymmetricMemory::registered(std::uintptr_t at, std::size_t bytes) const {
+  auto it = by_address_.upper_bound(at);
+  if (it == by_address_.begin()) return by_address_.end();
+  --it;
+  const std::size_t held = it->second.bytes;
+  return at - it->first <= held && bytes <= held - (at - it->first) ? it : by_address_.end();
+}
+
 SymmetricMemory::Found SymmetricMemory::find(const void* p, std::size_t bytes) const {
   const auto at = reinterpret_cast<std::uintptr_t>(p);
   std::lock_guard lock(mutex_);
-  auto it = by_address_.upper_bound(at);
-  if (it == by_address_.begin()) return {};
-  --it;
+  const auto it = registered(at, bytes);
+  if (it == by_address_.end()) return {};
   std::shared_ptr<Allocation> a = it->second.allocation.lock();
-  if (!a || at - it->first > a->bytes || bytes > a->bytes - (at - it->first)) return {};
+  if (!a) return {};
   return {std::move(a), at - it->first};
 }
 
@@ -247,13 +254,9 @@ std::shared_ptr<const void> SymmetricMemory::pin(const void* p, std::size_t byte
 }
 
 bool SymmetricMemory::holds(const void* p, std::size_t bytes) const {
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
   std::lock_guard lock(mutex_);
-  auto it = by_address_.upper_bound(at);
-  if (it == by_address_.begin()) return false;
-  --it;
-  const Registered& r = it->second;
-  return at - it->first <= r.bytes && bytes <= r.bytes - (at - it->first) && !r.allocation.expired();
+  const auto it = registered(reinterpret_cast<std::uintptr_t>(p), bytes);
+  return it != by_address_.end() && !it->second.allocation.expired();
 }
 
 std::shared_ptr<SymmetricMemory::Allocation> SymmetricMemory::by_number(std::uint64_t number) const {

@@ -282,7 +282,11 @@ class SymmetricMemory {
     std::weak_ptr<Allocation> allocation;
     std::size_t bytes = 0;
   };
-  std::map<std::uintptr_t, Registered> by_address_;
+  using ByAddress = std::map<std::uintptr_t, Registered>;
+  ByAddress by_address_;
+  // The entry whose allocation holds [at, at + bytes), live or not (end()
+  // where none does); the caller holds mutex_.
+  ByAddress::const_iterator registered(std::uintptr_t at, std::size_t bytes) const;
 };
 
 }  // namespace kizuna::comm
