@@ -14,6 +14,7 @@
 #include <string>
 
 #include "collective_cases.hpp"
+#include "comm/comm_impl.hpp"
 #include "error_of.hpp"
 #include "every_rank_failed.hpp"
 #include "run_ranks.hpp"
@@ -251,5 +252,42 @@ TEST_CASE("an all-reduce whose buffers overlap in symmetric memory without being
     const Error e = error_of_call([&] { comms[r]->all_reduce(f, f + 1, 100, DataType::Float32, ReduceOp::Sum); });
     CHECK(e.code() == ErrorCode::InvalidArgument);
     comms[r]->all_reduce(f, 100, DataType::Float32, ReduceOp::Sum).wait();  // and it is still usable
+  });
+}
+
+TEST_CASE("symmetric memory holds its bytes at any offset, none past an allocation's end, none once let go",
+          "[comm][symmetric]") {
+  // holds() is what a small call on symmetric memory asks (comm/dispatch.cpp,
+  // try_small): it must say exactly what pin() would.
+  CommOptions options = shm_options();
+  options.store = std::make_shared<HashStore>();
+  options.name = "test/symmetric-holds";
+  std::vector<std::shared_ptr<Communicator::Impl>> impls(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = options;
+    mine.rank = r;
+    mine.world_size = 2;
+    impls[r] = Communicator::Impl::create(mine);
+  });
+  run_ranks(2, [&](int r) {
+    Communicator c(impls[r]);
+    std::shared_ptr<void> memory = c.allocate_symmetric(4096);
+    std::shared_ptr<void> other = c.allocate_symmetric(8192);
+    REQUIRE(impls[r]->symmetric);
+    const comm::SymmetricMemory& sym = *impls[r]->symmetric;
+    auto* p = static_cast<unsigned char*>(memory.get());
+    CHECK(sym.holds(p, 4096));
+    CHECK(sym.holds(p + 100, 3996));
+    CHECK_FALSE(sym.holds(p + 100, 3997));
+    CHECK_FALSE(sym.holds(p + 4096, 1));
+    CHECK(sym.holds(other.get(), 8192));
+    std::vector<unsigned char> ordinary(64);
+    CHECK_FALSE(sym.holds(ordinary.data(), 64));
+    for (std::size_t at : {std::size_t{0}, std::size_t{100}, std::size_t{4000}})
+      for (std::size_t n : {std::size_t{1}, std::size_t{96}, std::size_t{97}})
+        CHECK(sym.holds(p + at, n) == (sym.pin(p + at, n) != nullptr));
+    memory.reset();
+    CHECK_FALSE(sym.holds(p, 8));
+    CHECK(sym.holds(other.get(), 8));
   });
 }
