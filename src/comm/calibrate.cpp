@@ -102,12 +102,9 @@ Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmet
   call.count = bytes / 4;
   const Buffers buffers = symmetric && impl.symmetric_may_count(call) ? Buffers::Symmetric : Buffers::Host;
   const Placement placement = impl.symmetric ? impl.symmetric->agreed_placement() : Placement::Unknown;
-  switch (choose_route({call.kind, call.collective, bytes}, buffers, placement, impl.paths, impl.tuning)) {
-    case Route::Mailbox: return Candidate::Mailbox;
-    case Route::Staged: return Candidate::Staged;
-    case Route::Symmetric: return Candidate::Symmetric;
-    default: return schedule_candidate(impl.choose(call, buffers));
-  }
+  const Route route = choose_route({call.kind, call.collective, bytes}, buffers, placement, impl.paths, impl.tuning);
+  if (const std::optional<Candidate> c = route_candidate(route)) return *c;
+  return schedule_candidate(impl.choose(call, buffers));
 }
 
 std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& entrants,

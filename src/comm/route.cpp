@@ -38,6 +38,15 @@ std::optional<Route> profiled_route(const CallShape& call, Buffers buffers, cons
 
 }  // namespace
 
+std::optional<Candidate> route_candidate(Route route) {
+  switch (route) {
+    case Route::Mailbox: return Candidate::Mailbox;
+    case Route::Staged: return Candidate::Staged;
+    case Route::Symmetric: return Candidate::Symmetric;
+    default: return std::nullopt;
+  }
+}
+
 std::optional<Algorithm> profiled_algorithm(std::size_t bytes, Buffers buffers, const Tuning& tuning) {
   const std::vector<Band>* bands = bands_for(buffers, tuning);
   if (!bands || tuning.algorithm != Algorithm::Auto) return std::nullopt;

@@ -80,6 +80,11 @@ struct Paths {
 Route choose_route(const CallShape& call, Buffers buffers, Placement placement, const Paths& paths,
                    const Tuning& tuning);
 
+// The candidate an all-reduce's route is, where the route alone says it
+// (the mailboxes, the staged and the symmetric route); none for the
+// Schedule route, whose candidate is its algorithm's.
+std::optional<Candidate> route_candidate(Route route);
+
 // The algorithm a measured profile gives an all-reduce of `bytes` on the
 // Schedule route (docs/tuning.md#tuner); none where it has no say (no
 // profile, device buffers, or a candidate that is not a schedule).

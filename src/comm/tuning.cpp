@@ -109,15 +109,11 @@ void apply_profile(Tuning& t, const Settings& s, const Facts& f, const Profile* 
   auto rules = [&t, &f](bool symmetric) {
     return [&t, &f, symmetric](std::uint64_t bytes) -> std::optional<Candidate> {
       const Paths paths{t.node_memory, t.node_memory && t.staging_bytes > 0, false};
-      switch (choose_route({CallKind::Collective, algo::Collective::AllReduce, bytes},
-                           symmetric ? Buffers::Symmetric : Buffers::Host, Placement::Unknown, paths, t)) {
-        case Route::Mailbox: return Candidate::Mailbox;
-        case Route::Staged: return Candidate::Staged;
-        case Route::Symmetric: return Candidate::Symmetric;
-        default:
-          return schedule_candidate(algo::choose_algorithm(algo::Collective::AllReduce, bytes,
-                                                           t.hierarchical ? f.nodes : f.world, t.link, t.single_host));
-      }
+      const Route route = choose_route({CallKind::Collective, algo::Collective::AllReduce, bytes},
+                                       symmetric ? Buffers::Symmetric : Buffers::Host, Placement::Unknown, paths, t);
+      if (const std::optional<Candidate> c = route_candidate(route)) return c;
+      return schedule_candidate(algo::choose_algorithm(algo::Collective::AllReduce, bytes,
+                                                       t.hierarchical ? f.nodes : f.world, t.link, t.single_host));
     };
   };
   std::vector<Band> private_bands, symmetric_bands;  // decided before either applies
