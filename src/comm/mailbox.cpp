@@ -101,8 +101,14 @@ void Mailbox::check_peer(int peer, std::uint64_t seq, const RunLabel& label) {
                  " elements, not through the mailboxes (another collective or size, or KIZUNA_MAILBOX_UPTO set "
                  "differently)");
   }
-  if (peer_closed(setup_, peer, failed_peer_, cause_))
-    KIZUNA_THROW(ErrorCode::PeerLost, "lost rank ", peer, ": its connection closed in ", label.str());
+  if (!peer_closed(setup_, peer, failed_peer_, cause_)) return;
+  // A peer that posted its box for this call and then closed has left
+  // after its last call (its region stays mapped here): not a failure.
+  if (box(peer, m_).m.load(std::memory_order_acquire) == m_) {
+    failed_peer_ = -1;
+    return;
+  }
+  KIZUNA_THROW(ErrorCode::PeerLost, "lost rank ", peer, ": its connection closed in ", label.str());
 }
 
 void Mailbox::fold(const Call& call) const {

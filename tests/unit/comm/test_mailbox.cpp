@@ -6,10 +6,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
+
+#include "comm/mailbox.hpp"
 
 #include "collective_cases.hpp"
 #include "collective_sweep.hpp"
@@ -39,6 +42,66 @@ std::vector<Error> counts(const CommOptions& options, std::size_t first, std::si
                                               ReduceOp::Sum));
   });
   return errors;
+}
+
+
+// A link to a peer whose connection closes when `closed` says so; the
+// first time the mailbox looks, `on_look` runs first (what the peer does
+// just before its process exits).
+class ClosingLink final : public transport::Link {
+ public:
+  explicit ClosingLink(int peer) : Link(peer) {}
+  std::uint64_t post_send(const void*, std::size_t, const transport::MessageTag&) override { return ++posted_; }
+  std::uint64_t sent_count() const override { return posted_; }
+  void post_recv(const transport::RecvSink&, const transport::MessageTag&) override {}
+  bool recv_done() const override { return false; }
+  bool progress() override { return false; }
+  int wait_fd() const override { return -1; }
+  short wait_events() const override { return 0; }
+  bool uses_doorbell() const override { return true; }
+  bool peer_closed() override {
+    if (on_look) std::exchange(on_look, nullptr)();
+    return closed;
+  }
+  void send_abort(const transport::AbortNotice&, std::chrono::milliseconds) override {}
+  void interrupt() override {}
+
+  bool closed = false;
+  std::function<void()> on_look;
+};
+
+// Two ranks' mailboxes over plain memory, each watching the other through
+// a ClosingLink.
+struct MailboxPair {
+  std::vector<std::vector<std::uint64_t>> memory;
+  ClosingLink to_0{0}, to_1{1};
+  std::vector<comm::Mailbox> boxes;
+
+  MailboxPair() : memory(2, std::vector<std::uint64_t>(comm::Mailbox::region_bytes() / 8 + 8)) {
+    std::vector<unsigned char*> regions;
+    for (auto& m : memory) {
+      // The lines the mailbox keeps atomics in start on 64-byte boundaries.
+      auto at = reinterpret_cast<std::uintptr_t>(m.data());
+      regions.push_back(reinterpret_cast<unsigned char*>((at + 63) / 64 * 64));
+    }
+    for (int r = 0; r < 2; ++r) {
+      comm::MailboxSetup setup;
+      setup.rank = r;
+      setup.world = 2;
+      setup.links = r == 0 ? std::vector<transport::Link*>{nullptr, &to_1} : std::vector<transport::Link*>{&to_0, nullptr};
+      setup.regions = regions;
+      boxes.emplace_back(setup);
+    }
+  }
+};
+
+comm::Mailbox::Call sum_call(const float* input, float* output, std::uint64_t seq) {
+  comm::Mailbox::Call call;
+  call.input = input;
+  call.output = output;
+  call.count = 1;
+  call.seq = seq;
+  return call;
 }
 
 }  // namespace
@@ -171,4 +234,29 @@ TEST_CASE("a barrier through the mailboxes waits for the last rank, and against 
   });
   check_every_rank_failed(errors, ErrorCode::Mismatch,
                           Catch::Contains("barrier of 0") && Catch::Contains("all_reduce of 1 float32"));
+}
+
+TEST_CASE("a peer that posts its mailbox and then closes has finished its call, and one that closes first is lost", "[comm][mailbox]") {
+  // The peer posts between the wait's look at its mailbox and the look at
+  // its connection: the process had nothing left to do and exited.
+  MailboxPair pair;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  comm::RunLabel label;
+  label.what = "all_reduce";
+  const float one = 1, two = 2;
+  float got0 = 0, got1 = 0;
+  pair.to_1.on_look = [&] {
+    REQUIRE(pair.boxes[1].run(sum_call(&two, &got1, 1), deadline, label, comm::Executor::kHoldOn));
+    pair.to_1.closed = true;
+  };
+  CHECK(pair.boxes[0].run(sum_call(&one, &got0, 1), deadline, label, comm::Executor::kHoldOn));
+  CHECK(got0 == 3);
+  CHECK(got1 == 3);
+  CHECK(pair.boxes[0].failed_peer() == -1);
+
+  // The next call: rank 1 is gone without posting it.
+  const Error e = error_of_call([&] { pair.boxes[0].run(sum_call(&one, &got0, 2), deadline, label, comm::Executor::kHoldOn); });
+  CHECK(e.code() == ErrorCode::PeerLost);
+  CHECK_THAT(e.what(), Catch::Contains("lost rank 1"));
+  CHECK(pair.boxes[0].failed_peer() == 1);
 }
