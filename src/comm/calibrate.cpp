@@ -58,6 +58,21 @@ double time_calls(Communicator& comm, float* buffer, std::size_t count, int call
   return slowest(comm, us);
 }
 
+// How many calls fill `per_measurement`, the same on every rank. One call
+// timed alone is mostly the ranks' skew as they leave the barrier (several
+// microseconds where a small call takes a fraction of one), so the batch
+// grows tenfold until it lasts a tenth of the measurement, and its mean
+// per call sets the count.
+int calls_to_fill(Communicator& comm, float* buffer, std::size_t count, std::chrono::microseconds per_measurement) {
+  constexpr int kMostCalls = 1'000'000;
+  const double budget = static_cast<double>(per_measurement.count());
+  for (int batch = 1;; batch *= 10) {
+    const double each = time_calls(comm, buffer, count, batch);  // alike on every rank
+    if (each * batch >= budget / 10 || batch >= kMostCalls / 10)
+      return static_cast<int>(std::clamp(std::ceil(budget / std::max(each, 0.001)), 1.0, double{kMostCalls}));
+  }
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -116,15 +131,14 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
   KIZUNA_CHECK_ARG(!entrants.empty(), "race: no entrants");
   const bool printing = entrants.front().comm->rank() == 0 && progress;
   // How many calls fill a measurement, per size and entrant (0: not
-  // measured), from the slowest rank's warm-up call.
+  // measured), after a warm-up call.
   std::vector<std::vector<int>> calls(sizes.size(), std::vector<int>(entrants.size(), 0));
   for (std::size_t i = 0; i < sizes.size(); ++i)
     for (std::size_t w = 0; w < entrants.size(); ++w) {
       const Entrant& e = entrants[w];
       if (sizes[i] > e.upto) continue;
-      sum(*e.comm, e.buffer, sizes[i] / 4);  // warm-up
-      const double once = time_calls(*e.comm, e.buffer, sizes[i] / 4, 1);
-      calls[i][w] = static_cast<int>(std::clamp(std::ceil(per_measurement.count() / std::max(once, 0.01)), 1.0, 1e4));
+      sum(*e.comm, e.buffer, sizes[i] / 4);
+      calls[i][w] = calls_to_fill(*e.comm, e.buffer, sizes[i] / 4, per_measurement);
     }
   // Rounds over every size: a size's rounds lie far apart in time, so that
   // a burst of noise (another job, the host moving a CPU) lands on one of

@@ -8,7 +8,8 @@
 // `repetitions` rounds, each over every size, each size's candidates in
 // another order each round, it times a loop of in-place float32 sums: as
 // many calls as fill about `per_measurement` (decided once per size and
-// candidate from the slowest rank's warm-up call), each waited for, the
+// candidate from a batch of calls that grows tenfold until it lasts a
+// tenth of that, the slowest rank's mean), each waited for, the
 // slowest rank's mean per call. A candidate's time at a size is the median
 // of its rounds; the rounds of a size lie far apart in time, so a burst of
 // noise lands on one of them and does not decide.
