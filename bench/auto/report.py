@@ -35,11 +35,39 @@ def time_text(us):
     return f"{us:.3g}" if us < 100 else f"{us:.0f}"
 
 
+def placement_text(seen):
+    """Where the CPUs were over a list of verdicts ("near", "far",
+    "unknown"): one word when they agree, else the counts."""
+    told = [p for p in seen if p in ("near", "far")]
+    if not told:
+        return "-"
+    if len(set(told)) == 1:
+        return told[0]
+    return ", ".join(f"{p} {told.count(p)}" for p in ("near", "far"))
+
+
+def calibrated_placements(results):
+    """{config: the placement= of its section in RESULTS/profile.txt}."""
+    out = {}
+    path = os.path.join(results, "profile.txt")
+    if not os.path.exists(path):
+        return out
+    for line in open(path):
+        words = line.split()
+        if not words or words[0] != "section":
+            continue
+        fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+        config = f"{fields.get('transport')}-n{fields.get('world')}-{fields.get('buffers')}"
+        out[config] = fields.get("placement", "-")
+    return out
+
+
 def load(results):
     """{config: {contender: {size: [us per round]}}}, {config: {size: the
     candidate auto took}} (as kizuna-perf --versus recorded it), the
-    wrong-element count and the rounds."""
-    data, took, wrong, rounds = {}, {}, 0, set()
+    wrong-element count, the rounds, and {config: where the CPUs were
+    while racing}."""
+    data, took, wrong, rounds, raced = {}, {}, 0, set(), {}
     for path in sorted(glob.glob(os.path.join(results, "*.json"))):
         m = NAME.match(os.path.basename(path))
         if not m:
@@ -55,7 +83,8 @@ def load(results):
                 if times:
                     sizes[size] = times
         took.setdefault(m["config"], {}).update(zip(run["sizes"], run.get("took", {}).get("auto", [])))
-    return data, took, wrong, rounds
+        raced[m["config"]] = placement_text(run.get("placement", []))
+    return data, took, wrong, rounds, raced
 
 
 def paired_ratio(best, auto):
@@ -69,7 +98,7 @@ def config_order(name):
     return (transport != "shm", int(n[1:]), buffers != "private")
 
 
-def tables(data, took):
+def tables(data, took, cpus):
     lines, summary = [], []
     for config in sorted(data, key=config_order):
         choices = data[config]
@@ -106,20 +135,23 @@ def tables(data, took):
         lines.append("")
         summary.append((config, worst, worst_rules, met, met_paired, rows))
     head = ["| configuration | auto / best forced, worst (size) | rows >= 0.90 | paired, rows >= 0.90 "
-            "| without a profile, worst (size) |",
-            "|---|---|---|---|---|"]
+            "| without a profile, worst (size) | CPUs: calibrating / racing |",
+            "|---|---|---|---|---|---|"]
     totals = [0, 0, 0]
     for config, worst, worst_rules, met, met_paired, rows in summary:
         w = f"{worst[0]:.2f} ({size_text(worst[1])})" if worst else "-"
         r = f"{worst_rules[0]:.2f} ({size_text(worst_rules[1])})" if worst_rules else "-"
-        head.append(f"| {config} | {w} | {met} / {rows} | {met_paired} / {rows} | {r} |")
+        calibrating, racing = cpus.get(config, ("-", "-"))
+        head.append(f"| {config} | {w} | {met} / {rows} | {met_paired} / {rows} | {r} | {calibrating} / {racing} |")
         totals = [totals[0] + met, totals[1] + met_paired, totals[2] + rows]
-    head.append(f"| all | | {totals[0]} / {totals[2]} | {totals[1]} / {totals[2]} | |")
+    head.append(f"| all | | {totals[0]} / {totals[2]} | {totals[1]} / {totals[2]} | | |")
     return head + [""] + lines
 
 
 def render(results):
-    data, took, wrong, rounds = load(results)
+    data, took, wrong, rounds, raced = load(results)
+    calibrated = calibrated_placements(results)
+    cpus = {c: (calibrated.get(c, "-"), raced.get(c, "-")) for c in data}
     if not data:
         sys.exit(f"report.py: no results in {results}")
     failures = []
@@ -138,10 +170,12 @@ def render(results):
            "own ratios, each round's two raced within a second of each other, so that a change of the host's "
            "pace between rounds cancels (the best forced chosen by medians). \"auto took\": the candidate "
            "auto, with the profile, decided on at that size; \"same, forced\": that candidate forced (auto "
-           "against it shows the cost of deciding and the spread between rounds). "
+           "against it shows the cost of deciding and the spread between rounds). \"CPUs\": where the "
+           "ranks' CPUs were, as the staged route's placement probes told (near, far; - where none told), "
+           "while calibrating (the profile's placement=) and over the race's rounds. "
            f"Wrong elements: {wrong}. Runs that failed: {', '.join(failures) or 'none'}."
            + (f" The whole run took {duration}." if duration else ""), ""]
-    return "\n".join(out + tables(data, took))
+    return "\n".join(out + tables(data, took, cpus))
 
 
 def main():

@@ -125,7 +125,8 @@ Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmet
 std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& entrants,
                                                    const std::vector<std::uint64_t>& sizes, int repetitions,
                                                    std::chrono::microseconds per_measurement,
-                                                   const std::function<void(const std::string&)>& progress) {
+                                                   const std::function<void(const std::string&)>& progress,
+                                                   const std::function<std::string()>& after_round) {
   check_sizes(sizes, "race");
   KIZUNA_CHECK_ARG(repetitions >= 1, "race: repetitions is ", repetitions, "; at least 1");
   KIZUNA_CHECK_ARG(!entrants.empty(), "race: no entrants");
@@ -163,7 +164,10 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
         runs[i][w].push_back(time_calls(*e.comm, e.buffer, count, calls[i][w]));
       }
     }
-    if (printing) progress("round " + std::to_string(round + 1) + " of " + std::to_string(repetitions) + " done");
+    const std::string note = after_round ? after_round() : "";
+    if (printing)
+      progress("round " + std::to_string(round + 1) + " of " + std::to_string(repetitions) + " done" +
+               (note.empty() ? "" : " (" + note + ")"));
   }
   return runs;
 }
@@ -195,7 +199,23 @@ ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
   std::vector<Entrant> entrants;
   for (const Forced& w : ways)
     entrants.push_back({w.comm.get(), buffer, w.candidate == Candidate::Mailbox ? Mailbox::capacity() : UINT64_MAX});
-  const auto runs = race(entrants, o.sizes, o.repetitions, o.per_measurement, o.progress);
+  // Where the CPUs were, round by round: what the staged candidate's probes
+  // agreed on (every rank alike, after the same calls).
+  const SymmetricMemory* prober = nullptr;
+  for (const Forced& w : ways)
+    if (w.candidate == Candidate::Staged && w.impl->symmetric) prober = w.impl->symmetric.get();
+  bool near = false, far = false;
+  auto placement_seen = [&]() -> std::string {
+    const Placement p = prober ? prober->agreed_placement() : Placement::Unknown;
+    near |= p == Placement::Near;
+    far |= p == Placement::Far;
+    return p == Placement::Near ? "CPUs near" : p == Placement::Far ? "CPUs far" : "";
+  };
+  const auto runs = race(entrants, o.sizes, o.repetitions, o.per_measurement, o.progress, placement_seen);
+  section.placement = near && far ? MeasuredPlacement::Both
+                      : near      ? MeasuredPlacement::Near
+                      : far       ? MeasuredPlacement::Far
+                                  : MeasuredPlacement::Unknown;
 
   const bool printing = ways.front().comm->rank() == 0 && o.progress;
   for (std::size_t i = 0; i < o.sizes.size(); ++i) {

@@ -14,6 +14,11 @@
 // of its rounds; the rounds of a size lie far apart in time, so a burst of
 // noise lands on one of them and does not decide.
 //
+// The section says where the ranks' CPUs were meanwhile
+// (ProfileSection::placement): after each round, the verdict of the staged
+// candidate's placement probes, which its calls hold (comm/symmetric.hpp);
+// unknown where there is no staged candidate or no probe told.
+//
 // All candidates use one buffer per rank: with `symmetric`, symmetric
 // memory of the symmetric candidate's communicator (the others see it as
 // ordinary memory of the same kind), else private memory. The profile of
@@ -80,9 +85,12 @@ struct Entrant {
 // slowest rank's mean per call.
 // Returns [size][entrant] -> one time per round (us), empty where an
 // entrant does not run that size. Collective over every entrant's ranks.
+// `after_round`, when given, is called on every rank after each round; what
+// it returns, when not empty, is added to that round's progress line.
 std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& entrants,
                                                    const std::vector<std::uint64_t>& sizes, int repetitions,
                                                    std::chrono::microseconds per_measurement,
-                                                   const std::function<void(const std::string&)>& progress);
+                                                   const std::function<void(const std::string&)>& progress,
+                                                   const std::function<std::string()>& after_round = {});
 
 }  // namespace kizuna::comm

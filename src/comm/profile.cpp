@@ -51,7 +51,7 @@ class Parser {
       } else if (w[0] == "section") {
         expect(open == nullptr, "'section' before the previous section's 'end'");
         ProfileSection s;
-        s.key = key(w);
+        s.key = key(w, s.placement);
         for (const auto& other : p.sections) expect(!(other.key == s.key), "a second section ", describe(s.key));
         p.sections.push_back(std::move(s));
         open = &p.sections.back();
@@ -102,7 +102,7 @@ class Parser {
     return v;
   }
 
-  ProfileKey key(const std::vector<std::string_view>& w) const {
+  ProfileKey key(const std::vector<std::string_view>& w, MeasuredPlacement& placement) const {
     ProfileKey k;
     bool seen[5] = {};
     for (std::size_t i = 1; i < w.size(); ++i) {
@@ -118,8 +118,14 @@ class Parser {
       } else if (name == "buffers") {
         expect(value == "private" || value == "symmetric", "buffers='", value, "': accepted private, symmetric");
         k.symmetric = value == "symmetric", seen[4] = true;
+      } else if (name == "placement") {
+        expect(value == "near" || value == "far" || value == "both", "placement='", value,
+               "': accepted near, far, both");
+        placement = value == "near" ? MeasuredPlacement::Near
+                    : value == "far" ? MeasuredPlacement::Far
+                                     : MeasuredPlacement::Both;
       } else {
-        expect(false, "unknown field '", name, "' (accepted world, nodes, local, transport, buffers)");
+        expect(false, "unknown field '", name, "' (accepted world, nodes, local, transport, buffers, placement)");
       }
     }
     expect(seen[0] && seen[1] && seen[2] && seen[3] && seen[4],
@@ -214,6 +220,16 @@ Candidate schedule_candidate(Algorithm a) {
   }
 }
 
+std::string_view name(MeasuredPlacement p) {
+  switch (p) {
+    case MeasuredPlacement::Near: return "near";
+    case MeasuredPlacement::Far: return "far";
+    case MeasuredPlacement::Both: return "both";
+    case MeasuredPlacement::Unknown: break;
+  }
+  return "unknown";
+}
+
 std::string describe(const ProfileKey& k) {
   return "world=" + std::to_string(k.world) + " nodes=" + std::to_string(k.nodes) +
          " local=" + std::to_string(k.local_ranks) + " transport=" + (k.shared_memory ? "shm" : "tcp") +
@@ -226,7 +242,9 @@ std::string Profile::text() const {
   std::ostringstream out;
   out << kMagic << "\n# all-reduce, float32, sum, in place: microseconds per call by each candidate\n";
   for (const auto& s : sections) {
-    out << "section " << describe(s.key) << "\ncandidates";
+    out << "section " << describe(s.key);
+    if (s.placement != MeasuredPlacement::Unknown) out << " placement=" << name(s.placement);
+    out << "\ncandidates";
     for (Candidate c : s.candidates) out << ' ' << name(c);
     out << '\n';
     for (const auto& r : s.rows) {

@@ -19,7 +19,7 @@
 // The text form, which kizuna-perf writes and KIZUNA_TUNING_FILE loads:
 //
 //   kizuna-tuning 1
-//   section world=2 nodes=1 local=2 transport=shm buffers=private
+//   section world=2 nodes=1 local=2 transport=shm buffers=private placement=near
 //   candidates mailbox ring tree oneshot twoshot doubling staged
 //   8 0.31 0.80 0.79 0.66 0.71 0.66 -
 //   ...
@@ -66,8 +66,18 @@ struct ProfileKey {
 };
 std::string describe(const ProfileKey& key);  // "world=2 nodes=1 local=2 transport=shm buffers=private"
 
+// Where the ranks' CPUs were while a section was measured, as the
+// placement probe told (comm/placement_probe.hpp): near, far, now one and
+// now the other (both), or never told (unknown: no probe, or no verdict).
+// The candidates' order at a size may differ between near and far
+// (docs/tuning.md#tuner). Written as placement=near|far|both, absent when
+// unknown; not part of the key.
+enum class MeasuredPlacement : std::uint8_t { Unknown, Near, Far, Both };
+std::string_view name(MeasuredPlacement placement);
+
 struct ProfileSection {
   ProfileKey key;
+  MeasuredPlacement placement = MeasuredPlacement::Unknown;
   std::vector<Candidate> candidates;  // the columns
   struct Row {
     std::uint64_t bytes = 0;

@@ -121,6 +121,8 @@ void apply_profile(Tuning& t, const Settings& s, const Facts& f, const Profile* 
   if (sym) symmetric_bands = decide(*sym, allowed(true), rules(true));
   t.private_bands = std::move(private_bands);
   t.symmetric_bands = std::move(symmetric_bands);
+  if (priv) t.private_placement = priv->placement;
+  if (sym) t.symmetric_placement = sym->placement;
   if (!t.symmetric_bands.empty()) t.symmetric_from = parting(t.private_bands, t.symmetric_bands);
 }
 
@@ -200,8 +202,19 @@ std::string Tuning::describe() const {
   out << "; slices of " << bytes_text(slice_bytes) << "\n";
   if (!profile.empty()) {
     out << "  profile      " << profile << (private_bands.empty() && symmetric_bands.empty() ? " (link only: a route threshold is set)" : "") << "\n";
-    if (!private_bands.empty()) out << "    private    " << bands_text(private_bands) << "\n";
-    if (!symmetric_bands.empty()) out << "    symmetric  " << bands_text(symmetric_bands) << "\n";
+    auto measured = [](MeasuredPlacement p) -> std::string {
+      switch (p) {
+        case MeasuredPlacement::Near: return "; measured with the CPUs near";
+        case MeasuredPlacement::Far: return "; measured with the CPUs far apart";
+        case MeasuredPlacement::Both: return "; measured with the CPUs now near, now far apart";
+        case MeasuredPlacement::Unknown: break;
+      }
+      return "";
+    };
+    if (!private_bands.empty())
+      out << "    private    " << bands_text(private_bands) << measured(private_placement) << "\n";
+    if (!symmetric_bands.empty())
+      out << "    symmetric  " << bands_text(symmetric_bands) << measured(symmetric_placement) << "\n";
   }
   if (node_memory) {
     out << "  mailbox      up to " << bytes_text(mailbox_upto) << "\n";

@@ -88,6 +88,9 @@ struct Tuning {
   // below decide. `link` is then fitted to the profile too.
   std::string profile;  // where the profile came from; "" when none applies
   std::vector<Band> private_bands, symmetric_bands;
+  // Where the CPUs were while each table was measured (for describe()).
+  MeasuredPlacement private_placement = MeasuredPlacement::Unknown;
+  MeasuredPlacement symmetric_placement = MeasuredPlacement::Unknown;
 
   // Route thresholds, in bytes of one rank's input (#mailbox-limit,
   // #symmetric-from, #staged-from, #staged-while-near).

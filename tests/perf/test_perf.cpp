@@ -418,6 +418,12 @@ TEST_CASE("kizuna-perf --calibrate P --versus P races auto against every forced 
       CHECK(c[name][i][0].get<double>() > 0);
     }
   }
+  // Where the CPUs were after each round: one verdict a round.
+  REQUIRE(j["placement"].size() == 2);
+  for (const auto& p : j["placement"]) {
+    const std::string where = p;
+    CHECK((where == "near" || where == "far" || where == "unknown"));
+  }
   // What auto took at each size: a candidate the profile measured within
   // 5% of the fastest there (comm::kPreferWithin: the rules may keep a
   // near tie).

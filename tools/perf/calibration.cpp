@@ -76,7 +76,12 @@ int run_calibration(const CommOptions& base, const CalibrationArgs& args) {
     if (!failure.empty()) {
       std::fprintf(stderr, "kizuna-perf: --calibrate: %s\n", failure.c_str());
     } else {
-      std::printf("# wrote section %s to %s; auto takes:", comm::describe(section.key).c_str(), args.path.c_str());
+      std::printf("# wrote section %s%s%s to %s; auto takes:", comm::describe(section.key).c_str(),
+                  section.placement == comm::MeasuredPlacement::Unknown ? "" : " placement=",
+                  section.placement == comm::MeasuredPlacement::Unknown
+                      ? ""
+                      : std::string(comm::name(section.placement)).c_str(),
+                  args.path.c_str());
       for (const comm::Band& b : comm::decide(section))
         std::printf(" %s from %llu B;", std::string(comm::name(b.candidate)).c_str(),
                     static_cast<unsigned long long>(b.from));

@@ -58,7 +58,8 @@ double median(std::vector<double> v) {
 }
 
 std::string write_json(const VersusArgs& a, int world, std::int64_t wrong, const std::vector<Contender>& contenders,
-                       const std::vector<std::vector<std::vector<double>>>& runs) {
+                       const std::vector<std::vector<std::vector<double>>>& runs,
+                       const std::vector<std::string>& placements) {
   std::ofstream out(a.json, std::ios::trunc);
   out << "{\"world\": " << world << ", \"transport\": \"" << a.transport << "\", \"buffers\": \""
       << (a.symmetric ? "symmetric" : "private") << "\", \"rounds\": " << a.rounds << ", \"wrong\": " << wrong
@@ -88,7 +89,9 @@ std::string write_json(const VersusArgs& a, int world, std::int64_t wrong, const
       out << (i ? ", " : "") << '"' << comm::name(comm::taken(*c.impl, a.sizes[i], a.symmetric)) << '"';
     out << ']';
   }
-  out << "}}\n";
+  out << "},\n \"placement\": [";
+  for (std::size_t k = 0; k < placements.size(); ++k) out << (k ? ", " : "") << '"' << placements[k] << '"';
+  out << "]}\n";
   out.close();
   return out ? "" : "cannot write " + a.json;
 }
@@ -152,11 +155,24 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
 
   std::vector<comm::Entrant> entrants;
   for (const Contender& c : contenders) entrants.push_back({c.comm.get(), c.buffer, c.upto});
-  const auto runs = comm::race(entrants, a.sizes, a.rounds, a.per_measurement,
-                               [](const std::string& line) {
-                                 std::printf("#   %s\n", line.c_str());
-                                 std::fflush(stdout);
-                               });
+  // Where the CPUs were, round by round, as the staged candidate's probes
+  // agreed (as calibrate() records it for the profile).
+  const comm::SymmetricMemory* prober = nullptr;
+  for (const comm::Forced& f : forced)
+    if (f.candidate == comm::Candidate::Staged && f.impl->symmetric) prober = f.impl->symmetric.get();
+  std::vector<std::string> placements;
+  auto placement_seen = [&]() -> std::string {
+    const comm::Placement p = prober ? prober->agreed_placement() : comm::Placement::Unknown;
+    placements.push_back(p == comm::Placement::Near ? "near" : p == comm::Placement::Far ? "far" : "unknown");
+    return p == comm::Placement::Unknown ? "" : "CPUs " + placements.back();
+  };
+  const auto runs = comm::race(
+      entrants, a.sizes, a.rounds, a.per_measurement,
+      [](const std::string& line) {
+        std::printf("#   %s\n", line.c_str());
+        std::fflush(stdout);
+      },
+      placement_seen);
   if (printing) {
     std::printf("# %10s", "size (B)");
     for (const Contender& c : contenders) std::printf(" %10s", c.name.c_str());
@@ -170,7 +186,7 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
     }
     std::printf("# wrong elements: %lld\n", static_cast<long long>(wrong));
   }
-  std::string failure = printing && !a.json.empty() ? write_json(a, first.size(), wrong, contenders, runs) : "";
+  std::string failure = printing && !a.json.empty() ? write_json(a, first.size(), wrong, contenders, runs, placements) : "";
   std::int64_t failed = failure.empty() ? 0 : 1;
   first.all_reduce(&failed, 1, DataType::Int64, ReduceOp::Max).wait();
   if (printing && !failure.empty()) std::fprintf(stderr, "kizuna-perf --versus: %s\n", failure.c_str());

@@ -19,9 +19,13 @@
 //   {"world": N, "transport": "...", "buffers": "private"|"symmetric",
 //    "wrong": W, "sizes": [bytes...],
 //    "contenders": {"auto": [[us per round] per size], "rules": ..., "ring": ...},
-//    "took": {"auto": [candidate per size], "rules": [...]}}
+//    "took": {"auto": [candidate per size], "rules": [...]},
+//    "placement": ["near"|"far"|"unknown" per round]}
 // with [] where a contender does not run a size (the mailboxes past 1 KiB);
-// "took" is what auto and the rules decide at each size (comm::taken).
+// "took" is what auto and the rules decide at each size (comm::taken);
+// "placement" where the ranks' CPUs were after each round, as the staged
+// candidate's probes agreed (unknown: none told), as the profile records
+// it for the calibration (comm/calibrate.hpp).
 #pragma once
 
 #include <kizuna/comm_options.hpp>

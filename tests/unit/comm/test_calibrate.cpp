@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
+#include <thread>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -92,6 +93,39 @@ TEST_CASE("calibrate: every candidate measured on every rank alike", "[comm][cal
   }
   CHECK(comm::Profile{{sections[0]}, ""}.text() == comm::Profile{{sections[1]}, ""}.text());
   CHECK(lines.size() == 4);  // rank 0's progress: a line a round, then a line a size
+}
+
+TEST_CASE("calibrate: the section says where the probes found the CPUs, round by round", "[comm][calibrate]") {
+  if (std::thread::hardware_concurrency() < 2) {
+    WARN("one core: two ranks outnumber it, and no probe tells");
+    return;
+  }
+  // Every probe finds the CPUs near (or far). The staged candidate's first
+  // two calls, before the first round, probe, and every rank goes by the
+  // first one's verdict from then on (docs/tuning.md#probe-cadence).
+  const bool near = GENERATE(true, false);
+  static bool all_near;
+  all_near = near;
+  comm::SymmetricMemory::judge_probes_for_tests(
+      [](int, std::uint64_t) { return all_near ? comm::Placement::Near : comm::Placement::Far; });
+  struct Restore {
+    ~Restore() { comm::SymmetricMemory::judge_probes_for_tests(nullptr); }
+  } restore;
+  comm::CalibrateOptions o;
+  o.sizes = {8, 4096};
+  o.repetitions = 2;
+  o.per_measurement = std::chrono::microseconds(200);
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  const std::vector<comm::ProfileSection> sections = calibrate_two(o);
+  const std::string cpus = near ? "(CPUs near)" : "(CPUs far)";
+  REQUIRE(lines.size() == 4);
+  CHECK_THAT(lines[0], Contains("round 1 of 2 done " + cpus));
+  CHECK_THAT(lines[1], Contains("round 2 of 2 done " + cpus));
+  for (const comm::ProfileSection& s : sections)
+    CHECK(s.placement == (near ? comm::MeasuredPlacement::Near : comm::MeasuredPlacement::Far));
+  CHECK_THAT(comm::Profile({{sections[0]}, ""}).text(),
+             Contains(std::string("buffers=private placement=") + (near ? "near" : "far") + "\n"));
 }
 
 TEST_CASE("calibrate: symmetric buffers add the symmetric route", "[comm][calibrate]") {

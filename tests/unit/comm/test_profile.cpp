@@ -94,6 +94,26 @@ TEST_CASE("profile: a malformed profile names its line and what is wrong", "[com
   }
 }
 
+TEST_CASE("profile: a section says where the CPUs were while it was measured, through its text", "[comm][profile]") {
+  Profile p = Profile::parse(kText, "p.txt");
+  CHECK(p.sections[0].placement == MeasuredPlacement::Unknown);
+  CHECK(p.text().find("placement=") == std::string::npos);  // unknown is left out
+  const MeasuredPlacement all[] = {MeasuredPlacement::Near, MeasuredPlacement::Far, MeasuredPlacement::Both};
+  for (MeasuredPlacement m : all) {
+    p.sections[0].placement = m;
+    const std::string text = p.text();
+    CHECK_THAT(text, Contains("buffers=private placement=" + std::string(name(m)) + "\n"));
+    const Profile again = Profile::parse(text, "again");
+    CHECK(again.sections[0].placement == m);
+    CHECK(again.sections[1].placement == MeasuredPlacement::Unknown);
+    CHECK(again.find(p.sections[0].key) != nullptr);  // not part of the key
+  }
+  const Error e = parse_error(
+      "kizuna-tuning 1\nsection world=2 nodes=1 local=2 transport=shm buffers=private placement=close\n");
+  CHECK(e.code() == ErrorCode::InvalidArgument);
+  CHECK_THAT(e.what(), Contains("line 2: placement='close': accepted near, far, both"));
+}
+
 TEST_CASE("profile: decide takes the fastest per size, bands halfway between sizes", "[comm][profile]") {
   const Profile p = Profile::parse(kText, "p.txt");
   const std::vector<Band> bands = decide(p.sections[0]);
