@@ -6,7 +6,9 @@ time per round at each size, all raced in the same processes), takes each
 one's median over the rounds, and writes per configuration: auto's time
 (with the profile), the built-in rules' time (auto without a profile), the
 best forced choice and auto / best forced as a ratio of speeds (best forced
-time / auto time: 1.00 is level, below 0.90 misses the target).
+time / auto time: 1.00 is level, below 0.90 misses the target), and where
+the ranks' CPUs were while calibrating (RESULTS/profile.txt's placement=)
+and while racing (the JSON's "placement", one verdict a round).
 --markdown FILE writes the report; --doc FILE replaces the section between
 the "bench-auto" markers.
 """
@@ -52,13 +54,14 @@ def calibrated_placements(results):
     path = os.path.join(results, "profile.txt")
     if not os.path.exists(path):
         return out
-    for line in open(path):
-        words = line.split()
-        if not words or words[0] != "section":
-            continue
-        fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
-        config = f"{fields.get('transport')}-n{fields.get('world')}-{fields.get('buffers')}"
-        out[config] = fields.get("placement", "-")
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            if not words or words[0] != "section":
+                continue
+            fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            config = f"{fields.get('transport')}-n{fields.get('world')}-{fields.get('buffers')}"
+            out[config] = fields.get("placement", "-")
     return out
 
 

@@ -61,14 +61,16 @@ double time_calls(Communicator& comm, float* buffer, std::size_t count, int call
 // How many calls fill `per_measurement`, the same on every rank. One call
 // timed alone is mostly the ranks' skew as they leave the barrier (several
 // microseconds where a small call takes a fraction of one), so the batch
-// grows tenfold until it lasts a tenth of the measurement, and its mean
-// per call sets the count.
+// grows tenfold until it lasts a tenth of the measurement and holds 100
+// calls or more (one rank descheduled during a batch of 10 would pass the
+// first test alone), or lasts half of it; its mean per call sets the count.
 int calls_to_fill(Communicator& comm, float* buffer, std::size_t count, std::chrono::microseconds per_measurement) {
   constexpr int kMostCalls = 1'000'000;
   const double budget = static_cast<double>(per_measurement.count());
   for (int batch = 1;; batch *= 10) {
     const double each = time_calls(comm, buffer, count, batch);  // alike on every rank
-    if (each * batch >= budget / 10 || batch >= kMostCalls / 10)
+    const double lasted = each * batch;
+    if ((lasted >= budget / 10 && batch >= 100) || lasted >= budget / 2 || batch >= kMostCalls / 10)
       return static_cast<int>(std::clamp(std::ceil(budget / std::max(each, 0.001)), 1.0, double{kMostCalls}));
   }
 }
@@ -110,6 +112,12 @@ std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric
     out.push_back({c, impl, std::make_shared<Communicator>(impl)});
   }
   return out;
+}
+
+Placement agreed_placement(const std::vector<Forced>& ways) {
+  for (const Forced& w : ways)
+    if (w.candidate == Candidate::Staged && w.impl->symmetric) return w.impl->symmetric->agreed_placement();
+  return Placement::Unknown;
 }
 
 Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmetric) {
@@ -199,14 +207,10 @@ ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
   std::vector<Entrant> entrants;
   for (const Forced& w : ways)
     entrants.push_back({w.comm.get(), buffer, w.candidate == Candidate::Mailbox ? Mailbox::capacity() : UINT64_MAX});
-  // Where the CPUs were, round by round: what the staged candidate's probes
-  // agreed on (every rank alike, after the same calls).
-  const SymmetricMemory* prober = nullptr;
-  for (const Forced& w : ways)
-    if (w.candidate == Candidate::Staged && w.impl->symmetric) prober = w.impl->symmetric.get();
+  // Where the CPUs were, round by round.
   bool near = false, far = false;
   auto placement_seen = [&]() -> std::string {
-    const Placement p = prober ? prober->agreed_placement() : Placement::Unknown;
+    const Placement p = agreed_placement(ways);
     near |= p == Placement::Near;
     far |= p == Placement::Far;
     return p == Placement::Near ? "CPUs near" : p == Placement::Far ? "CPUs far" : "";

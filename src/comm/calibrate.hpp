@@ -9,15 +9,16 @@
 // another order each round, it times a loop of in-place float32 sums: as
 // many calls as fill about `per_measurement` (decided once per size and
 // candidate from a batch of calls that grows tenfold until it lasts a
-// tenth of that, the slowest rank's mean), each waited for, the
+// tenth of that with 100 calls or more, or half of it: the slowest rank's
+// mean), each waited for, the
 // slowest rank's mean per call. A candidate's time at a size is the median
 // of its rounds; the rounds of a size lie far apart in time, so a burst of
 // noise lands on one of them and does not decide.
 //
 // The section says where the ranks' CPUs were meanwhile
-// (ProfileSection::placement): after each round, the verdict of the staged
-// candidate's placement probes, which its calls hold (comm/symmetric.hpp);
-// unknown where there is no staged candidate or no probe told.
+// (ProfileSection::placement), as sampled after each round:
+// agreed_placement(), rank 0's verdict of its own pair of CPUs; unknown
+// where there is no staged candidate or no probe told.
 //
 // All candidates use one buffer per rank: with `symmetric`, symmetric
 // memory of the symmetric candidate's communicator (the others see it as
@@ -36,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/placement_probe.hpp"
 #include "comm/profile.hpp"
 
 namespace kizuna::comm {
@@ -64,6 +66,13 @@ struct Forced {
   std::shared_ptr<Communicator> comm;
 };
 std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric, const std::string& tag);
+
+// Where the ranks' CPUs are, as the staged candidate among `ways` last
+// agreed: its calls hold the placement probes (comm/symmetric.hpp), and
+// every rank reads rank 0's verdict, the same after the same calls.
+// Unknown without a staged candidate or before a probe told. Call it
+// between calls.
+Placement agreed_placement(const std::vector<Forced>& ways);
 
 // The candidate that `impl`, left to auto, takes for an in-place float32
 // sum of `bytes` on private buffers, or on its own symmetric memory with

@@ -105,6 +105,7 @@ class Parser {
   ProfileKey key(const std::vector<std::string_view>& w, MeasuredPlacement& placement) const {
     ProfileKey k;
     bool seen[5] = {};
+    bool seen_placement = false;
     for (std::size_t i = 1; i < w.size(); ++i) {
       const std::size_t eq = w[i].find('=');
       expect(eq != std::string_view::npos, "'", w[i], "' is not name=value");
@@ -119,6 +120,8 @@ class Parser {
         expect(value == "private" || value == "symmetric", "buffers='", value, "': accepted private, symmetric");
         k.symmetric = value == "symmetric", seen[4] = true;
       } else if (name == "placement") {
+        expect(!seen_placement, "placement= twice");
+        seen_placement = true;
         expect(value == "near" || value == "far" || value == "both", "placement='", value,
                "': accepted near, far, both");
         placement = value == "near" ? MeasuredPlacement::Near

@@ -76,12 +76,10 @@ int run_calibration(const CommOptions& base, const CalibrationArgs& args) {
     if (!failure.empty()) {
       std::fprintf(stderr, "kizuna-perf: --calibrate: %s\n", failure.c_str());
     } else {
-      std::printf("# wrote section %s%s%s to %s; auto takes:", comm::describe(section.key).c_str(),
-                  section.placement == comm::MeasuredPlacement::Unknown ? "" : " placement=",
-                  section.placement == comm::MeasuredPlacement::Unknown
-                      ? ""
-                      : std::string(comm::name(section.placement)).c_str(),
-                  args.path.c_str());
+      std::string written = comm::describe(section.key);
+      if (section.placement != comm::MeasuredPlacement::Unknown)
+        written += " placement=" + std::string(comm::name(section.placement));
+      std::printf("# wrote section %s to %s; auto takes:", written.c_str(), args.path.c_str());
       for (const comm::Band& b : comm::decide(section))
         std::printf(" %s from %llu B;", std::string(comm::name(b.candidate)).c_str(),
                     static_cast<unsigned long long>(b.from));

@@ -155,14 +155,11 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
 
   std::vector<comm::Entrant> entrants;
   for (const Contender& c : contenders) entrants.push_back({c.comm.get(), c.buffer, c.upto});
-  // Where the CPUs were, round by round, as the staged candidate's probes
-  // agreed (as calibrate() records it for the profile).
-  const comm::SymmetricMemory* prober = nullptr;
-  for (const comm::Forced& f : forced)
-    if (f.candidate == comm::Candidate::Staged && f.impl->symmetric) prober = f.impl->symmetric.get();
+  // Where the CPUs were, round by round (as calibrate() records it for the
+  // profile).
   std::vector<std::string> placements;
   auto placement_seen = [&]() -> std::string {
-    const comm::Placement p = prober ? prober->agreed_placement() : comm::Placement::Unknown;
+    const comm::Placement p = comm::agreed_placement(forced);
     placements.push_back(p == comm::Placement::Near ? "near" : p == comm::Placement::Far ? "far" : "unknown");
     return p == comm::Placement::Unknown ? "" : "CPUs " + placements.back();
   };

@@ -44,7 +44,6 @@ std::vector<Error> counts(const CommOptions& options, std::size_t first, std::si
   return errors;
 }
 
-
 // A link to a peer whose connection closes when `closed` says so; the
 // first time the mailbox looks, `on_look` runs first (what the peer does
 // just before its process exits).

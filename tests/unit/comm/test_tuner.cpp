@@ -190,4 +190,12 @@ TEST_CASE("tuner: describe names the profile and its bands", "[comm][tuner]") {
   const std::string text = make_tuning(Settings{}, node(4, 8), &p).describe();
   CHECK(text.find("profile      synthetic") != std::string::npos);
   CHECK(text.find("mailbox from 0 B, ring from") != std::string::npos);
+  CHECK(text.find("measured with") == std::string::npos);  // no placement recorded
+
+  ProfileSection far = section(4, kRingWins);
+  far.placement = MeasuredPlacement::Far;
+  const Profile q = profile_of({far});
+  const Tuning t = make_tuning(Settings{}, node(4, 8), &q);
+  CHECK(t.private_placement == MeasuredPlacement::Far);
+  CHECK(t.describe().find("; measured with the CPUs far apart\n") != std::string::npos);
 }
