@@ -127,7 +127,7 @@ Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmet
   const Placement placement = impl.symmetric ? impl.symmetric->agreed_placement() : Placement::Unknown;
   const Route route = choose_route({call.kind, call.collective, bytes}, buffers, placement, impl.paths, impl.tuning);
   if (const std::optional<Candidate> c = route_candidate(route)) return *c;
-  return schedule_candidate(impl.choose(call, buffers));
+  return schedule_candidate(impl.choose(call, buffers, placement));
 }
 
 std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& entrants,
@@ -180,13 +180,43 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
   return runs;
 }
 
-ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
+std::vector<ProfileSection> sections_from(const ProfileSection& blank, const std::vector<std::uint64_t>& sizes,
+                                         const std::vector<std::vector<std::vector<double>>>& runs,
+                                         const std::vector<Placement>& rounds) {
+  const bool near = std::count(rounds.begin(), rounds.end(), Placement::Near) > 0;
+  const bool far = std::count(rounds.begin(), rounds.end(), Placement::Far) > 0;
+  // One section of the rounds `kept` keeps.
+  auto section_of = [&](MeasuredPlacement placement, auto&& kept) {
+    ProfileSection section = blank;
+    section.placement = placement;
+    section.rows.clear();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      ProfileSection::Row row;
+      row.bytes = sizes[i];
+      for (const std::vector<double>& times : runs[i]) {
+        std::vector<double> mine;
+        for (std::size_t k = 0; k < times.size(); ++k)
+          if (kept(k)) mine.push_back(times[k]);
+        row.us.push_back(mine.empty() ? std::nan("") : median(mine));
+      }
+      section.rows.push_back(std::move(row));
+    }
+    return section;
+  };
+  if (near && far)
+    return {section_of(MeasuredPlacement::Near, [&](std::size_t k) { return rounds.at(k) == Placement::Near; }),
+            section_of(MeasuredPlacement::Far, [&](std::size_t k) { return rounds.at(k) == Placement::Far; })};
+  const MeasuredPlacement all = near ? MeasuredPlacement::Near : far ? MeasuredPlacement::Far : MeasuredPlacement::Unknown;
+  return {section_of(all, [](std::size_t) { return true; })};
+}
+
+std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOptions& o) {
   check_sizes(o.sizes, "calibrate");
   KIZUNA_CHECK_ARG(o.repetitions >= 1, "calibrate: repetitions is ", o.repetitions, "; at least 1");
   std::vector<Forced> ways = forced_communicators(base, o.symmetric, "calibrate");
-  ProfileSection section;
-  section.key = ways.front().impl->profile_key;
-  section.key.symmetric = o.symmetric;
+  ProfileSection blank;
+  blank.key = ways.front().impl->profile_key;
+  blank.key.symmetric = o.symmetric;
 
   // One buffer for every candidate: symmetric memory of the symmetric
   // route's communicator, or private memory.
@@ -196,7 +226,7 @@ ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
     if (w.candidate == Candidate::Symmetric) memory = w.comm->allocate_symmetric(largest);
   if (!memory)  // none to be had here: no symmetric candidate either
     std::erase_if(ways, [](const Forced& w) { return w.candidate == Candidate::Symmetric; });
-  for (const Forced& w : ways) section.candidates.push_back(w.candidate);
+  for (const Forced& w : ways) blank.candidates.push_back(w.candidate);
   if (!memory) {
     void* p = std::aligned_alloc(4096, (largest + 4095) / 4096 * 4096);
     KIZUNA_CHECK(p != nullptr, "calibrate: cannot allocate ", largest, " bytes");
@@ -208,35 +238,30 @@ ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& o) {
   for (const Forced& w : ways)
     entrants.push_back({w.comm.get(), buffer, w.candidate == Candidate::Mailbox ? Mailbox::capacity() : UINT64_MAX});
   // Where the CPUs were, round by round.
-  bool near = false, far = false;
+  std::vector<Placement> rounds;
   auto placement_seen = [&]() -> std::string {
-    const Placement p = agreed_placement(ways);
-    near |= p == Placement::Near;
-    far |= p == Placement::Far;
-    return p == Placement::Near ? "CPUs near" : p == Placement::Far ? "CPUs far" : "";
+    rounds.push_back(agreed_placement(ways));
+    return rounds.back() == Placement::Near ? "CPUs near" : rounds.back() == Placement::Far ? "CPUs far" : "";
   };
   const auto runs = race(entrants, o.sizes, o.repetitions, o.per_measurement, o.progress, placement_seen);
-  section.placement = near && far ? MeasuredPlacement::Both
-                      : near      ? MeasuredPlacement::Near
-                      : far       ? MeasuredPlacement::Far
-                                  : MeasuredPlacement::Unknown;
+  std::vector<ProfileSection> sections = sections_from(blank, o.sizes, runs, rounds);
 
-  const bool printing = ways.front().comm->rank() == 0 && o.progress;
-  for (std::size_t i = 0; i < o.sizes.size(); ++i) {
-    ProfileSection::Row row;
-    row.bytes = o.sizes[i];
-    std::string line = std::to_string(row.bytes) + " B:";
-    for (std::size_t w = 0; w < ways.size(); ++w) {
-      row.us.push_back(runs[i][w].empty() ? std::nan("") : median(runs[i][w]));
-      if (runs[i][w].empty()) continue;
-      char text[64];
-      std::snprintf(text, sizeof text, " %s %.4g", std::string(name(ways[w].candidate)).c_str(), row.us.back());
-      line += text;
-    }
-    section.rows.push_back(std::move(row));
-    if (printing) o.progress(line + " us");
-  }
-  return section;
+  if (ways.front().comm->rank() == 0 && o.progress)
+    for (const ProfileSection& section : sections)
+      for (const ProfileSection::Row& row : section.rows) {
+        std::string line = std::to_string(row.bytes) + " B";
+        if (section.placement != MeasuredPlacement::Unknown)
+          line += std::string(", CPUs ") + std::string(name(section.placement));
+        line += ":";
+        for (std::size_t w = 0; w < ways.size(); ++w) {
+          if (std::isnan(row.us[w])) continue;
+          char text[64];
+          std::snprintf(text, sizeof text, " %s %.4g", std::string(name(ways[w].candidate)).c_str(), row.us[w]);
+          line += text;
+        }
+        o.progress(line + " us");
+      }
+  return sections;
 }
 
 }  // namespace kizuna::comm

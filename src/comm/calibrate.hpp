@@ -18,13 +18,15 @@
 // The section says where the ranks' CPUs were meanwhile
 // (ProfileSection::placement), as sampled after each round:
 // agreed_placement(), rank 0's verdict of its own pair of CPUs; unknown
-// where there is no staged candidate or no probe told.
+// where there is no staged candidate or no probe told. Where some rounds
+// were near and some far, there are two sections, one of each
+// (sections_from).
 //
 // All candidates use one buffer per rank: with `symmetric`, symmetric
 // memory of the symmetric candidate's communicator (the others see it as
 // ordinary memory of the same kind), else private memory. The profile of
 // this communicator's creation is not loaded: each candidate is forced.
-// Every rank returns the same section (the times are reduced across ranks).
+// Every rank returns the same sections (the times are reduced across ranks).
 #pragma once
 
 #include <kizuna/comm.hpp>
@@ -52,7 +54,19 @@ struct CalibrateOptions {
   std::function<void(const std::string&)> progress;
 };
 
-ProfileSection calibrate(const CommOptions& base, const CalibrateOptions& options);
+// One section, or, where some rounds found the CPUs near and some far, two:
+// one of each, from its own rounds.
+std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOptions& options);
+
+// The sections of a calibration: `blank` (key and candidates), `runs`
+// [size][candidate] -> a time per round, `rounds` the placement agreed
+// after each round. One section, the medians of every round, with the
+// placement they agree on (unknown where none told); or, where some rounds
+// were near and some far, one section of the near rounds and one of the
+// far (rounds that no probe told are left out of both).
+std::vector<ProfileSection> sections_from(const ProfileSection& blank, const std::vector<std::uint64_t>& sizes,
+                                         const std::vector<std::vector<std::vector<double>>>& runs,
+                                         const std::vector<Placement>& rounds);
 
 // The parts calibrate() is made of, for tools that race other communicators
 // the same way (kizuna-perf --versus: auto against every forced candidate).

@@ -224,6 +224,7 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
     std::uint64_t count = 0;
     std::size_t elem = 0;
     comm::Buffers buffers = comm::Buffers::Host;  // whose table chose (comm/route.hpp)
+    comm::Placement placement = comm::Placement::Unknown;  // and at which placement
     algo::Algorithm algorithm = algo::Algorithm::Ring;
     std::shared_ptr<const algo::RankSchedule> schedule;  // null: no plan yet
   } last_plan;
@@ -243,7 +244,14 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   bool start_schedule(Task& t, const Plan& p, Clock::duration patience);
   void run_p2p(Task& t, Clock::time_point deadline);
   void finish_collective(const Task& t);
-  algo::Algorithm choose(const comm::Call& call, comm::Buffers buffers) const;
+  algo::Algorithm choose(const comm::Call& call, comm::Buffers buffers, comm::Placement placement) const;
+  // Where the CPUs are, as every rank agrees for the call about to run
+  // (SymmetricMemory::agreed_placement; Unknown without symmetric memory).
+  // Read it only where calls run in order: by the call's runner, under the
+  // executor's lock, with every earlier call of this rank done.
+  comm::Placement placement_now() const {
+    return symmetric ? symmetric->agreed_placement() : comm::Placement::Unknown;
+  }
   algo::ScheduleRequest request_for(const comm::Call& call, algo::Algorithm a, std::uint64_t count) const;
   static ScheduleKey schedule_key(const algo::ScheduleRequest& req);
   std::shared_ptr<const algo::RankSchedule> schedule_for(const algo::ScheduleRequest& req);

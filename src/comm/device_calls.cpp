@@ -69,7 +69,7 @@ Work Communicator::Impl::launch_direct(const comm::Call& c, const comm::StageReq
   }
   auto work = std::make_shared<detail::WorkState>();
   std::lock_guard lock(direct_mutex);
-  const algo::Algorithm a = choose(c, comm::Buffers::Device);
+  const algo::Algorithm a = choose(c, comm::Buffers::Device, comm::Placement::Unknown);
   const std::size_t elem = size_of(c.dtype);
   comm::DirectCall call;
   std::size_t steps = 0;

@@ -249,12 +249,15 @@ void Communicator::Impl::make_work(const std::shared_ptr<Task>& task) {
 // the worker or a Work to allocate, as a blocking library would.
 std::optional<Work> Communicator::Impl::try_direct(Task& t) {
   // A call whose route could not run here however the CPUs are placed is
-  // queued at once, without the executor's lock. Near is the placement to
-  // ask: it can only turn a staged call into one through the slots.
+  // queued at once, without the executor's lock: the rules' near can only
+  // turn a staged call into one through the slots, and a profile's tables
+  // measured near and far may each name another route.
   const comm::CallShape shape{t.call.kind, t.call.collective, t.call.bytes()};
-  if (!comm::runs_in_caller(comm::choose_route(shape, t.buffers, comm::Placement::Near, paths, tuning), shape.bytes,
-                            false, tuning))
-    return std::nullopt;
+  const auto could_run = [&](comm::Placement placement) {
+    return comm::runs_in_caller(comm::choose_route(shape, t.buffers, placement, paths, tuning), shape.bytes, false,
+                                tuning);
+  };
+  if (!could_run(comm::Placement::Near) && !could_run(comm::Placement::Far)) return std::nullopt;
   if (holding_exec == this) return std::nullopt;  // from a callback: queued, and run by its wait
   std::unique_lock exec = take_exec_briefly();
   if (!exec) return std::nullopt;
@@ -303,17 +306,28 @@ Work Communicator::Impl::queue_part_run(Task t, std::unique_lock<core::FutexMute
 // one execute() would take: it does not depend on the placement (only a
 // call of the staged route's size does, and such a call is left to
 // try_direct); on symmetric memory it is the symmetric table's choice, as
-// a profile may make it from small sizes on (docs/tuning.md#tuner).
+// a profile may make it from small sizes on, and with a profile measured
+// near and far, the table of the placement the ranks agree on
+// (docs/tuning.md#tuner), read under the executor's lock with the gate
+// open: every earlier call of this rank has run.
 std::optional<Work> Communicator::Impl::try_small(const comm::Call& c) {
   if (broken.load()) return std::nullopt;
   const std::size_t bytes = c.bytes();
   const comm::Buffers buffers = kind_of(c);
-  const comm::Route route =
-      comm::choose_route({c.kind, c.collective, bytes}, buffers, comm::Placement::Unknown, paths, tuning);
-  if (!comm::runs_in_caller(route, bytes, false, tuning)) return std::nullopt;
+  const comm::CallShape shape{c.kind, c.collective, bytes};
+  const bool placed = !tuning.near_private_bands.empty() || !tuning.near_symmetric_bands.empty();
+  comm::Route route = comm::choose_route(shape, buffers, comm::Placement::Unknown, paths, tuning);
+  if (!comm::runs_in_caller(route, bytes, false, tuning) &&
+      !(placed && comm::runs_in_caller(comm::choose_route(shape, buffers, comm::Placement::Near, paths, tuning), bytes,
+                                       false, tuning)))
+    return std::nullopt;
   if (holding_exec == this) return std::nullopt;
   std::unique_lock exec = take_exec_briefly();
   if (!exec) return std::nullopt;
+  if (placed) {
+    route = comm::choose_route(shape, buffers, placement_now(), paths, tuning);
+    if (!comm::runs_in_caller(route, bytes, false, tuning)) return std::nullopt;
+  }
   // A placement probe due at this call may sleep: try_direct leaves it queued.
   if (route == comm::Route::Schedule && symmetric && symmetric->slot_call_probes()) return std::nullopt;
   const HoldingExec holding(this);

@@ -56,8 +56,8 @@ comm::Buffers Communicator::Impl::classify(Task& t) const {
 comm::Route Communicator::Impl::route_for(const Task& t) const {
   // The verdict every rank agrees on for this call (it changes only within
   // a call that probes): see SymmetricMemory::agreed_placement.
-  const comm::Placement placement = symmetric ? symmetric->agreed_placement() : comm::Placement::Unknown;
-  return comm::choose_route({t.call.kind, t.call.collective, t.call.bytes()}, t.buffers, placement, paths, tuning);
+  return comm::choose_route({t.call.kind, t.call.collective, t.call.bytes()}, t.buffers, placement_now(), paths,
+                            tuning);
 }
 
 // Runs (or resumes) a task and finishes its Work; false, with nothing
@@ -203,11 +203,12 @@ bool Communicator::Impl::run_schedule(Task& t, Clock::duration patience) {
 // neither the cost model nor a look in `schedules`.
 const Communicator::Impl::Plan& Communicator::Impl::plan_for(const comm::Call& c, comm::Buffers buffers) {
   const std::size_t elem = size_of(c.dtype);
+  const comm::Placement placement = placement_now();  // before the call's probe, if it holds one
   Plan& p = last_plan;
   if (!p.schedule || p.collective != c.collective || p.root != c.root || p.count != c.count || p.elem != elem ||
-      p.buffers != buffers) {
-    const algo::ScheduleRequest req = request_for(c, choose(c, buffers), c.count);
-    p = Plan{c.collective, c.root, c.count, elem, buffers, req.algorithm, schedule_for(req)};
+      p.buffers != buffers || p.placement != placement) {
+    const algo::ScheduleRequest req = request_for(c, choose(c, buffers, placement), c.count);
+    p = Plan{c.collective, c.root, c.count, elem, buffers, placement, req.algorithm, schedule_for(req)};
   }
   return p;
 }
@@ -256,12 +257,13 @@ bool Communicator::Impl::holds_result(const comm::Call& c) const {
 // The algorithm of a call on the Schedule route: as forced, else a measured
 // profile's (docs/tuning.md#tuner), else the cost model's. A forced
 // algorithm that has no form for this collective runs as Ring.
-algo::Algorithm Communicator::Impl::choose(const comm::Call& c, comm::Buffers buffers) const {
+algo::Algorithm Communicator::Impl::choose(const comm::Call& c, comm::Buffers buffers,
+                                           comm::Placement placement) const {
   const Algorithm forced = tuning.algorithm;
   if (forced == Algorithm::Ring || forced == Algorithm::Tree) return forced;
   if (forced != Algorithm::Auto) return c.collective == Collective::AllReduce ? forced : Algorithm::Ring;
   if (c.collective == Collective::AllReduce)
-    if (const auto measured = comm::profiled_algorithm(c.bytes(), buffers, tuning)) return *measured;
+    if (const auto measured = comm::profiled_algorithm(c.bytes(), buffers, placement, tuning)) return *measured;
   return algo::choose_algorithm(c.collective, c.bytes(), tuning.hierarchical ? topology.nodes : world, tuning.link,
                                 tuning.single_host);
 }

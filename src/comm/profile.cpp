@@ -18,6 +18,12 @@ constexpr std::string_view kMagic = "kizuna-tuning 1";
 constexpr std::string_view kNames[] = {"mailbox", "ring", "tree", "oneshot", "twoshot", "doubling", "staged",
                                        "symmetric"};
 
+// Whether sections of one key measured at placements a and b stand for
+// the same placements: only one measured near and one far do not.
+bool overlap(MeasuredPlacement a, MeasuredPlacement b) {
+  return a == b || a == MeasuredPlacement::Unknown || b == MeasuredPlacement::Unknown;
+}
+
 std::vector<std::string_view> words(std::string_view line) {
   std::vector<std::string_view> out;
   std::size_t i = 0;
@@ -52,7 +58,9 @@ class Parser {
         expect(open == nullptr, "'section' before the previous section's 'end'");
         ProfileSection s;
         s.key = key(w, s.placement);
-        for (const auto& other : p.sections) expect(!(other.key == s.key), "a second section ", describe(s.key));
+        for (const auto& other : p.sections)
+          expect(!(other.key == s.key && overlap(other.placement, s.placement)), "a second section ", describe(s.key),
+                 " (two of one key must be one placement=near, one placement=far)");
         p.sections.push_back(std::move(s));
         open = &p.sections.back();
       } else if (w[0] == "candidates") {
@@ -122,11 +130,8 @@ class Parser {
       } else if (name == "placement") {
         expect(!seen_placement, "placement= twice");
         seen_placement = true;
-        expect(value == "near" || value == "far" || value == "both", "placement='", value,
-               "': accepted near, far, both");
-        placement = value == "near" ? MeasuredPlacement::Near
-                    : value == "far" ? MeasuredPlacement::Far
-                                     : MeasuredPlacement::Both;
+        expect(value == "near" || value == "far", "placement='", value, "': accepted near, far");
+        placement = value == "near" ? MeasuredPlacement::Near : MeasuredPlacement::Far;
       } else {
         expect(false, "unknown field '", name, "' (accepted world, nodes, local, transport, buffers, placement)");
       }
@@ -227,7 +232,6 @@ std::string_view name(MeasuredPlacement p) {
   switch (p) {
     case MeasuredPlacement::Near: return "near";
     case MeasuredPlacement::Far: return "far";
-    case MeasuredPlacement::Both: return "both";
     case MeasuredPlacement::Unknown: break;
   }
   return "unknown";
@@ -271,12 +275,16 @@ const ProfileSection* Profile::find(const ProfileKey& key) const {
 }
 
 void Profile::put(ProfileSection section) {
-  for (auto& s : sections)
-    if (s.key == section.key) {
-      s = std::move(section);
-      return;
-    }
-  sections.push_back(std::move(section));
+  const ProfileKey key = section.key;
+  const MeasuredPlacement placement = section.placement;
+  const auto replaced = [&](const ProfileSection& s) { return s.key == key && overlap(s.placement, placement); };
+  const auto first = std::find_if(sections.begin(), sections.end(), replaced);
+  if (first == sections.end()) {
+    sections.push_back(std::move(section));
+    return;
+  }
+  *first = std::move(section);  // in the first one's place
+  sections.erase(std::remove_if(std::next(first), sections.end(), replaced), sections.end());
 }
 
 namespace detail {

@@ -67,12 +67,13 @@ struct ProfileKey {
 std::string describe(const ProfileKey& key);  // "world=2 nodes=1 local=2 transport=shm buffers=private"
 
 // Where the ranks' CPUs were while a section was measured, as the
-// placement probe told (comm/placement_probe.hpp): near, far, now one and
-// now the other (both), or never told (unknown: no probe, or no verdict).
-// The candidates' order at a size may differ between near and far
-// (docs/tuning.md#tuner). Written as placement=near|far|both, absent when
-// unknown; not part of the key.
-enum class MeasuredPlacement : std::uint8_t { Unknown, Near, Far, Both };
+// placement probe told (comm/placement_probe.hpp): near, far, or never
+// told (unknown: no probe, or no verdict). The candidates' order at a size
+// may differ between near and far (docs/tuning.md#tuner), so a profile may
+// hold, for one key, a section measured near and one measured far; a
+// section of unknown placement stands alone for its key. Written as
+// placement=near|far, absent when unknown.
+enum class MeasuredPlacement : std::uint8_t { Unknown, Near, Far };
 std::string_view name(MeasuredPlacement placement);
 
 struct ProfileSection {
@@ -93,8 +94,11 @@ struct Profile {
   // Throws InvalidArgument naming `source` and the line that is wrong.
   static Profile parse(std::string_view text, const std::string& source);
   std::string text() const;
+  // The section of `key` (the first, where one was measured near and
+  // one far).
   const ProfileSection* find(const ProfileKey& key) const;
-  // Adds `section`, replacing one of the same key.
+  // Adds `section`, replacing those of the same key that it stands for:
+  // of its placement, or any where it or they are of unknown placement.
   void put(ProfileSection section);
 };
 

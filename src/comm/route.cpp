@@ -17,14 +17,22 @@ std::string_view name(Route route) {
 
 namespace {
 
-const std::vector<Band>* bands_for(Buffers buffers, const Tuning& tuning) {
-  const std::vector<Band>& bands = buffers == Buffers::Symmetric ? tuning.symmetric_bands : tuning.private_bands;
-  return bands.empty() || buffers == Buffers::Device ? nullptr : &bands;
+// The profile's table for `buffers` with the CPUs at `placement`: the
+// near section's where there is one and the ranks agree they are near
+// (docs/tuning.md#tuner).
+const std::vector<Band>* bands_for(Buffers buffers, Placement placement, const Tuning& tuning) {
+  if (buffers == Buffers::Device) return nullptr;
+  const bool symmetric = buffers == Buffers::Symmetric;
+  const std::vector<Band>& near = symmetric ? tuning.near_symmetric_bands : tuning.near_private_bands;
+  if (placement == Placement::Near && !near.empty()) return &near;
+  const std::vector<Band>& bands = symmetric ? tuning.symmetric_bands : tuning.private_bands;
+  return bands.empty() ? nullptr : &bands;
 }
 
 // docs/tuning.md#tuner: the measured choice, where its route exists here.
-std::optional<Route> profiled_route(const CallShape& call, Buffers buffers, const Paths& paths, const Tuning& tuning) {
-  const std::vector<Band>* bands = bands_for(buffers, tuning);
+std::optional<Route> profiled_route(const CallShape& call, Buffers buffers, Placement placement, const Paths& paths,
+                                    const Tuning& tuning) {
+  const std::vector<Band>* bands = bands_for(buffers, placement, tuning);
   if (!bands || buffers == Buffers::Staging) return std::nullopt;
   switch (pick(*bands, call.bytes)) {
     case Candidate::Mailbox:
@@ -47,8 +55,9 @@ std::optional<Candidate> route_candidate(Route route) {
   }
 }
 
-std::optional<Algorithm> profiled_algorithm(std::size_t bytes, Buffers buffers, const Tuning& tuning) {
-  const std::vector<Band>* bands = bands_for(buffers, tuning);
+std::optional<Algorithm> profiled_algorithm(std::size_t bytes, Buffers buffers, Placement placement,
+                                            const Tuning& tuning) {
+  const std::vector<Band>* bands = bands_for(buffers, placement, tuning);
   if (!bands || tuning.algorithm != Algorithm::Auto) return std::nullopt;
   const Candidate c = pick(*bands, bytes);
   return is_schedule(c) ? std::optional(algorithm_of(c)) : std::nullopt;
@@ -63,7 +72,7 @@ Route choose_route(const CallShape& call, Buffers buffers, Placement placement, 
   const bool mailbox = paths.mailbox && tuning.mailbox_upto > 0;
   if (call.collective == algo::Collective::Barrier) return mailbox ? Route::Mailbox : Route::Schedule;
   if (call.collective != algo::Collective::AllReduce) return Route::Schedule;
-  if (const std::optional<Route> measured = profiled_route(call, buffers, paths, tuning)) return *measured;
+  if (const std::optional<Route> measured = profiled_route(call, buffers, placement, paths, tuning)) return *measured;
   // docs/tuning.md#symmetric-from
   if (buffers == Buffers::Symmetric && call.bytes >= tuning.symmetric_from) return Route::Symmetric;
   // docs/tuning.md#staged-from; a device call's parts are staged already.

@@ -37,7 +37,9 @@
 // meeting (a placement probe, a staging round) can come before the check.
 // With a measured profile (comm/profile.hpp), its table decides an
 // all-reduce's route and algorithm by size and buffers' kind, where the
-// route it names exists; otherwise the thresholds below do.
+// route it names exists (the table measured near, where the profile has
+// one beside one measured far and the placement is Near); otherwise the
+// thresholds below do.
 // tests/unit/comm/test_route.cpp pins the table; docs/architecture.md draws it.
 #pragma once
 
@@ -86,9 +88,11 @@ Route choose_route(const CallShape& call, Buffers buffers, Placement placement, 
 std::optional<Candidate> route_candidate(Route route);
 
 // The algorithm a measured profile gives an all-reduce of `bytes` on the
-// Schedule route (docs/tuning.md#tuner); none where it has no say (no
-// profile, device buffers, or a candidate that is not a schedule).
-std::optional<Algorithm> profiled_algorithm(std::size_t bytes, Buffers buffers, const Tuning& tuning);
+// Schedule route with the CPUs at `placement` (docs/tuning.md#tuner); none
+// where it has no say (no profile, device buffers, or a candidate that is
+// not a schedule).
+std::optional<Algorithm> profiled_algorithm(std::size_t bytes, Buffers buffers, Placement placement,
+                                            const Tuning& tuning);
 
 // Whether a caller that waits for its call at once may run it itself,
 // without the queue (comm/dispatch): only the routes that never sleep

@@ -1,6 +1,7 @@
 #include "comm/tuning.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "comm/mailbox.hpp"
@@ -79,15 +80,29 @@ void apply_profile(Tuning& t, const Settings& s, const Facts& f, const Profile* 
   if (!profile || t.algorithm != Algorithm::Auto) return;
   // Ranks per node are rank 0's: it chose the sections every rank got, and
   // with nodes of uneven sizes another rank's count would pick none.
-  auto section = [&](bool symmetric) -> const ProfileSection* {
+  // The section measured at `placement` (any: the first of these buffers).
+  auto section_at = [&](bool symmetric, std::optional<MeasuredPlacement> placement) -> const ProfileSection* {
     for (const ProfileSection& s : profile->sections)
       if (s.key.world == f.world && s.key.nodes == f.nodes && s.key.shared_memory == t.shared_memory &&
-          s.key.symmetric == symmetric)
+          s.key.symmetric == symmetric && (!placement || s.placement == *placement))
         return &s;
     return nullptr;
   };
+  // The tables for every call: the section measured far where there is
+  // one, as the rules take an unprobed placement for far; and the near
+  // section's where there are both (docs/tuning.md#tuner).
+  auto section = [&](bool symmetric) {
+    const ProfileSection* far = section_at(symmetric, MeasuredPlacement::Far);
+    return far ? far : section_at(symmetric, std::nullopt);
+  };
+  auto near_section = [&](bool symmetric) -> const ProfileSection* {
+    const ProfileSection* near = section_at(symmetric, MeasuredPlacement::Near);
+    return near && section_at(symmetric, MeasuredPlacement::Far) ? near : nullptr;
+  };
   const ProfileSection* priv = section(false);
   const ProfileSection* sym = section(true);
+  const ProfileSection* near_priv = near_section(false);
+  const ProfileSection* near_sym = near_section(true);
   if (!priv && !sym) return;
   t.profile = profile->source;
   t.link = fit_link(priv ? *priv : *sym, t.link);
@@ -116,14 +131,26 @@ void apply_profile(Tuning& t, const Settings& s, const Facts& f, const Profile* 
                                                        t.hierarchical ? f.nodes : f.world, t.link, t.single_host));
     };
   };
-  std::vector<Band> private_bands, symmetric_bands;  // decided before either applies
+  std::vector<Band> private_bands, symmetric_bands, near_private, near_symmetric;  // decided before any applies
   if (priv) private_bands = decide(*priv, allowed(false), rules(false));
   if (sym) symmetric_bands = decide(*sym, allowed(true), rules(true));
+  if (near_priv) near_private = decide(*near_priv, allowed(false), rules(false));
+  if (near_sym) near_symmetric = decide(*near_sym, allowed(true), rules(true));
   t.private_bands = std::move(private_bands);
   t.symmetric_bands = std::move(symmetric_bands);
+  t.near_private_bands = std::move(near_private);
+  t.near_symmetric_bands = std::move(near_symmetric);
   if (priv) t.private_placement = priv->placement;
   if (sym) t.symmetric_placement = sym->placement;
-  if (!t.symmetric_bands.empty()) t.symmetric_from = parting(t.private_bands, t.symmetric_bands);
+  // A call looks its buffers up from the first size where either
+  // placement's tables part.
+  if (!t.symmetric_bands.empty()) {
+    t.symmetric_from = parting(t.private_bands, t.symmetric_bands);
+    if (!t.near_private_bands.empty() || !t.near_symmetric_bands.empty())
+      t.symmetric_from =
+          std::min(t.symmetric_from, parting(t.near_private_bands.empty() ? t.private_bands : t.near_private_bands,
+                                             t.near_symmetric_bands.empty() ? t.symmetric_bands : t.near_symmetric_bands));
+  }
 }
 
 std::string bands_text(const std::vector<Band>& bands) {
@@ -206,15 +233,18 @@ std::string Tuning::describe() const {
       switch (p) {
         case MeasuredPlacement::Near: return "; measured with the CPUs near";
         case MeasuredPlacement::Far: return "; measured with the CPUs far apart";
-        case MeasuredPlacement::Both: return "; measured with the CPUs now near, now far apart";
         case MeasuredPlacement::Unknown: break;
       }
       return "";
     };
     if (!private_bands.empty())
       out << "    private    " << bands_text(private_bands) << measured(private_placement) << "\n";
+    if (!near_private_bands.empty())
+      out << "    private    " << bands_text(near_private_bands) << measured(MeasuredPlacement::Near) << "\n";
     if (!symmetric_bands.empty())
       out << "    symmetric  " << bands_text(symmetric_bands) << measured(symmetric_placement) << "\n";
+    if (!near_symmetric_bands.empty())
+      out << "    symmetric  " << bands_text(near_symmetric_bands) << measured(MeasuredPlacement::Near) << "\n";
   }
   if (node_memory) {
     out << "  mailbox      up to " << bytes_text(mailbox_upto) << "\n";

@@ -91,6 +91,12 @@ struct Tuning {
   // Where the CPUs were while each table was measured (for describe()).
   MeasuredPlacement private_placement = MeasuredPlacement::Unknown;
   MeasuredPlacement symmetric_placement = MeasuredPlacement::Unknown;
+  // Where the profile has a section measured with the CPUs near beside
+  // one measured far, the near one's tables: they decide the calls that
+  // the ranks agree run near (SymmetricMemory::agreed_placement), the far
+  // ones above every other (far, or not yet probed). Empty: the tables
+  // above decide whatever the placement.
+  std::vector<Band> near_private_bands, near_symmetric_bands;
 
   // Route thresholds, in bytes of one rank's input (#mailbox-limit,
   // #symmetric-from, #staged-from, #staged-while-near).

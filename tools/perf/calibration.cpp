@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "comm/calibrate.hpp"
 #include "comm/profile.hpp"
@@ -14,9 +15,9 @@
 namespace kizuna::perf {
 namespace {
 
-// Adds `section` to the profile at `path` (created when missing), through
+// Adds `sections` to the profile at `path` (created when missing), through
 // a temporary file renamed over it. "" on success, else why not.
-std::string write_section(const std::string& path, const comm::ProfileSection& section) {
+std::string write_sections(const std::string& path, const std::vector<comm::ProfileSection>& sections) {
   try {
     comm::Profile profile;
     if (std::filesystem::exists(path)) {
@@ -26,7 +27,7 @@ std::string write_section(const std::string& path, const comm::ProfileSection& s
       if (!in) return "cannot read " + path;
       profile = comm::Profile::parse(text.str(), path);
     }
-    profile.put(section);
+    for (const comm::ProfileSection& section : sections) profile.put(section);
     const std::string temporary = path + ".tmp";
     {
       std::ofstream out(temporary, std::ios::trunc);
@@ -62,11 +63,11 @@ int run_calibration(const CommOptions& base, const CalibrationArgs& args) {
     std::printf("#   %s\n", line.c_str());
     std::fflush(stdout);
   };
-  const comm::ProfileSection section = comm::calibrate(base, options);
+  const std::vector<comm::ProfileSection> sections = comm::calibrate(base, options);
 
   // Rank 0 writes; every rank learns whether it could, over one more
   // communicator (the calibration's are gone).
-  const std::string failure = printing ? write_section(args.path, section) : "";
+  const std::string failure = printing ? write_sections(args.path, sections) : "";
   CommOptions verdict = base;
   verdict.name = (base.name.empty() ? std::string("kizuna") : base.name) + "/calibrate/verdict";
   const auto comm = Communicator::create(verdict);
@@ -76,14 +77,16 @@ int run_calibration(const CommOptions& base, const CalibrationArgs& args) {
     if (!failure.empty()) {
       std::fprintf(stderr, "kizuna-perf: --calibrate: %s\n", failure.c_str());
     } else {
-      std::string written = comm::describe(section.key);
-      if (section.placement != comm::MeasuredPlacement::Unknown)
-        written += " placement=" + std::string(comm::name(section.placement));
-      std::printf("# wrote section %s to %s; auto takes:", written.c_str(), args.path.c_str());
-      for (const comm::Band& b : comm::decide(section))
-        std::printf(" %s from %llu B;", std::string(comm::name(b.candidate)).c_str(),
-                    static_cast<unsigned long long>(b.from));
-      std::printf("\n");
+      for (const comm::ProfileSection& section : sections) {
+        std::string written = comm::describe(section.key);
+        if (section.placement != comm::MeasuredPlacement::Unknown)
+          written += " placement=" + std::string(comm::name(section.placement));
+        std::printf("# wrote section %s to %s; auto takes:", written.c_str(), args.path.c_str());
+        for (const comm::Band& b : comm::decide(section))
+          std::printf(" %s from %llu B;", std::string(comm::name(b.candidate)).c_str(),
+                      static_cast<unsigned long long>(b.from));
+        std::printf("\n");
+      }
     }
   }
   return failed ? 1 : 0;

@@ -6,6 +6,7 @@
 
 #include <kizuna/hash_store.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -43,17 +44,19 @@ std::string temp_file(const std::string& text) {
   return path;
 }
 
-// calibrate() on 2 ranks over shared memory: each rank's section.
+// calibrate() on 2 ranks over shared memory: rank 0's sections, after
+// checking that rank 1 has the same.
 std::vector<comm::ProfileSection> calibrate_two(const comm::CalibrateOptions& o) {
   const CommOptions base = on_shm();
-  std::vector<comm::ProfileSection> sections(2);
+  std::vector<std::vector<comm::ProfileSection>> sections(2);
   run_ranks(2, [&](int r) {
     CommOptions mine = base;
     mine.rank = r;
     mine.world_size = 2;
     sections[r] = comm::calibrate(mine, o);
   });
-  return sections;
+  CHECK(comm::Profile{sections[0], ""}.text() == comm::Profile{sections[1], ""}.text());
+  return sections[0];
 }
 
 // 2 ranks on one node: the mailboxes up to 1 KiB, doubling up to 8 KiB,
@@ -77,21 +80,53 @@ TEST_CASE("calibrate: every candidate measured on every rank alike", "[comm][cal
   o.per_measurement = std::chrono::microseconds(200);
   std::vector<std::string> lines;
   o.progress = [&](const std::string& line) { lines.push_back(line); };
+  // One section, or two where the probes found the CPUs near in one round
+  // and far in the other.
   const std::vector<comm::ProfileSection> sections = calibrate_two(o);
-  const comm::ProfileSection& s = sections[0];
-  CHECK(s.key == comm::ProfileKey{2, 1, 2, true, false});
-  CHECK(s.candidates == std::vector<comm::Candidate>{comm::Candidate::Mailbox, comm::Candidate::Ring,
-                                                     comm::Candidate::Tree, comm::Candidate::OneShot,
-                                                     comm::Candidate::TwoShot, comm::Candidate::Doubling,
-                                                     comm::Candidate::Staged});
-  REQUIRE(s.rows.size() == 2);
-  for (std::size_t c = 0; c < s.candidates.size(); ++c) {
-    CHECK(s.rows[0].us[c] > 0);
-    if (s.candidates[c] == comm::Candidate::Mailbox) CHECK(std::isnan(s.rows[1].us[c]));  // over its capacity
-    else CHECK(s.rows[1].us[c] > 0);
+  REQUIRE((sections.size() == 1 || sections.size() == 2));
+  for (const comm::ProfileSection& s : sections) {
+    CHECK(s.key == comm::ProfileKey{2, 1, 2, true, false});
+    CHECK(s.candidates == std::vector<comm::Candidate>{comm::Candidate::Mailbox, comm::Candidate::Ring,
+                                                       comm::Candidate::Tree, comm::Candidate::OneShot,
+                                                       comm::Candidate::TwoShot, comm::Candidate::Doubling,
+                                                       comm::Candidate::Staged});
+    REQUIRE(s.rows.size() == 2);
+    for (std::size_t c = 0; c < s.candidates.size(); ++c) {
+      CHECK(s.rows[0].us[c] > 0);
+      if (s.candidates[c] == comm::Candidate::Mailbox) CHECK(std::isnan(s.rows[1].us[c]));  // over its capacity
+      else CHECK(s.rows[1].us[c] > 0);
+    }
   }
-  CHECK(comm::Profile{{sections[0]}, ""}.text() == comm::Profile{{sections[1]}, ""}.text());
-  CHECK(lines.size() == 4);  // rank 0's progress: a line a round, then a line a size
+  // Rank 0's progress: a line a round, then a line a size of each section.
+  CHECK(lines.size() == 2 + 2 * sections.size());
+}
+
+TEST_CASE("calibrate: rounds near and far make a section of each, from its own rounds", "[comm][calibrate]") {
+  comm::ProfileSection blank;
+  blank.key = comm::ProfileKey{2, 1, 2, true, false};
+  blank.candidates = {comm::Candidate::Mailbox, comm::Candidate::OneShot};
+  // [size][candidate] -> a time per round; rounds near, far, far, unknown.
+  const std::vector<std::vector<std::vector<double>>> runs{{{1, 9, 8, 5}, {2, 4, 5, 5}}, {{}, {7, 30, 20, 5}}};
+  const std::vector<comm::Placement> rounds{comm::Placement::Near, comm::Placement::Far, comm::Placement::Far,
+                                            comm::Placement::Unknown};
+  const auto split = comm::sections_from(blank, {8, 4096}, runs, rounds);
+  REQUIRE(split.size() == 2);
+  CHECK(split[0].placement == comm::MeasuredPlacement::Near);
+  CHECK(split[0].rows[0].us == std::vector<double>{1, 2});
+  CHECK(std::isnan(split[0].rows[1].us[0]));
+  CHECK(split[0].rows[1].us[1] == 7);
+  CHECK(split[1].placement == comm::MeasuredPlacement::Far);
+  CHECK(split[1].rows[0].us == std::vector<double>{8.5, 4.5});  // the far rounds' medians
+  CHECK(split[1].rows[1].us[1] == 25);
+
+  // Rounds of one placement, or none told: one section of every round.
+  for (const comm::Placement p : {comm::Placement::Far, comm::Placement::Unknown}) {
+    const auto one = comm::sections_from(blank, {8, 4096}, runs, {p, p, comm::Placement::Unknown, p});
+    REQUIRE(one.size() == 1);
+    CHECK(one[0].placement == (p == comm::Placement::Far ? comm::MeasuredPlacement::Far
+                                                           : comm::MeasuredPlacement::Unknown));
+    CHECK(one[0].rows[0].us == std::vector<double>{6.5, 4.5});
+  }
 }
 
 TEST_CASE("calibrate: the section says where the probes found the CPUs, round by round", "[comm][calibrate]") {
@@ -131,8 +166,8 @@ TEST_CASE("calibrate: symmetric buffers add the symmetric route", "[comm][calibr
   o.per_measurement = std::chrono::microseconds(100);
   o.symmetric = true;
   const std::vector<comm::ProfileSection> sections = calibrate_two(o);
-  CHECK(sections[1].key.symmetric);
-  CHECK(sections[1].candidates.back() == comm::Candidate::Symmetric);
+  CHECK(sections[0].key.symmetric);
+  CHECK(sections[0].candidates.back() == comm::Candidate::Symmetric);
 }
 
 TEST_CASE("race: every entrant timed at its sizes in every round, on every rank alike", "[comm][calibrate]") {
@@ -285,6 +320,70 @@ TEST_CASE("tuning profile: a small call on symmetric memory takes the symmetric 
     CHECK_THAT(reports[r], Contains("all_reduce float32 x1024 (ring), "));
     CHECK_THAT(reports[r], Contains(" calls, the last: done"));
     CHECK(reports[r].find("(doubling)") == std::string::npos);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("tuning profile: measured near and far, the table of the placement the ranks agree on decides",
+          "[comm][calibrate]") {
+  // Both sections take the staged route from 2896 B; below, the mailboxes
+  // with the CPUs near and doubling with them far.
+  const std::string path = temp_file(
+      "kizuna-tuning 1\n"
+      "section world=2 nodes=1 local=2 transport=shm buffers=private placement=near\n"
+      "candidates mailbox ring doubling staged\n"
+      "8 0.3 2 1 9\n"
+      "1048576 - 90 90 10\n"
+      "end\n"
+      "section world=2 nodes=1 local=2 transport=shm buffers=private placement=far\n"
+      "candidates mailbox ring doubling staged\n"
+      "8 2 2 0.5 9\n"
+      "1048576 - 90 90 10\n"
+      "end\n");
+  const bool near = GENERATE(true, false);
+  static bool all_near;
+  all_near = near;
+  comm::SymmetricMemory::judge_probes_for_tests(
+      [](int, std::uint64_t) { return all_near ? comm::Placement::Near : comm::Placement::Far; });
+  struct Restore {
+    ~Restore() { comm::SymmetricMemory::judge_probes_for_tests(nullptr); }
+  } restore;
+  CommOptions base = on_shm();
+  base.tuning_file = path;
+  std::vector<std::shared_ptr<Communicator::Impl>> impls(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    impls[r] = Communicator::Impl::create(mine);
+  });
+  std::vector<std::string> reports(2);
+  std::vector<std::size_t> wrong(2, 0);
+  run_ranks(2, [&](int r) {
+    Communicator c(impls[r]);
+    // Two staged calls probe (docs/tuning.md#probe-cadence): from the
+    // third call on, every rank goes by rank 0's verdict of the first.
+    std::vector<float> large(1 << 18);
+    for (int k = 0; k < 2; ++k) {
+      std::fill(large.begin(), large.end(), float(r + 1));
+      c.all_reduce(large.data(), large.size(), DataType::Float32, ReduceOp::Sum).wait();
+      wrong[r] += static_cast<std::size_t>(std::count_if(large.begin(), large.end(), [](float x) { return x != 3; }));
+    }
+    for (int k = 0; k < 20; ++k) {
+      float small[2] = {float(r + 1), float(k)};
+      c.all_reduce(small, 2, DataType::Float32, ReduceOp::Sum).wait();
+      wrong[r] += (small[0] != 3) + (small[1] != 2.0f * float(k));
+    }
+    reports[r] = impls[r]->history.report(impls[r]->live, "");
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << "\n" << reports[r]);
+    CHECK(wrong[r] == 0);
+    CHECK_THAT(reports[r], Contains("(symmetric, staged)"));
+    CHECK_THAT(reports[r], Contains(near ? "all_reduce float32 x2 (mailbox)" : "all_reduce float32 x2 (doubling)"));
+    CHECK(reports[r].find(near ? "(doubling)" : "(mailbox)") == std::string::npos);
+    CHECK_THAT(impls[r]->tuning.describe(), Contains("measured with the CPUs near") &&
+                                                Contains("measured with the CPUs far apart"));
   }
   std::remove(path.c_str());
 }

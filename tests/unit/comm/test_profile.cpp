@@ -98,7 +98,7 @@ TEST_CASE("profile: a section says where the CPUs were while it was measured, th
   Profile p = Profile::parse(kText, "p.txt");
   CHECK(p.sections[0].placement == MeasuredPlacement::Unknown);
   CHECK(p.text().find("placement=") == std::string::npos);  // unknown is left out
-  const MeasuredPlacement all[] = {MeasuredPlacement::Near, MeasuredPlacement::Far, MeasuredPlacement::Both};
+  const MeasuredPlacement all[] = {MeasuredPlacement::Near, MeasuredPlacement::Far};
   for (MeasuredPlacement m : all) {
     p.sections[0].placement = m;
     const std::string text = p.text();
@@ -111,7 +111,40 @@ TEST_CASE("profile: a section says where the CPUs were while it was measured, th
   const Error e = parse_error(
       "kizuna-tuning 1\nsection world=2 nodes=1 local=2 transport=shm buffers=private placement=close\n");
   CHECK(e.code() == ErrorCode::InvalidArgument);
-  CHECK_THAT(e.what(), Contains("line 2: placement='close': accepted near, far, both"));
+  CHECK_THAT(e.what(), Contains("line 2: placement='close': accepted near, far"));
+}
+
+TEST_CASE("profile: one key may hold a section measured near and one far, and put keeps them apart",
+          "[comm][profile]") {
+  Profile p = Profile::parse(kText, "p.txt");
+  ProfileSection near = p.sections[0], far = p.sections[0];
+  near.placement = MeasuredPlacement::Near;
+  far.placement = MeasuredPlacement::Far;
+  far.rows[0].us[0] = 9;
+  p.put(near);  // replaces the unknown one
+  REQUIRE(p.sections.size() == 2);
+  p.put(far);  // beside the near one
+  REQUIRE(p.sections.size() == 3);
+  CHECK(p.sections[0].placement == MeasuredPlacement::Near);
+  CHECK(p.sections[2].placement == MeasuredPlacement::Far);
+  far.rows[0].us[0] = 7;
+  p.put(far);  // replaces the far one only
+  REQUIRE(p.sections.size() == 3);
+  CHECK(p.sections[2].rows[0].us[0] == 7);
+  const Profile again = Profile::parse(p.text(), "again");  // two of one key parse
+  CHECK(again.text() == p.text());
+  p.put(p.sections[1]);  // another key: nothing replaced
+  CHECK(p.sections.size() == 3);
+  ProfileSection any = near;
+  any.placement = MeasuredPlacement::Unknown;
+  p.put(any);  // stands for every placement: replaces the near and the far one
+  REQUIRE(p.sections.size() == 2);
+  CHECK(p.sections[0].placement == MeasuredPlacement::Unknown);
+
+  const Error e = parse_error(std::string(kText).substr(0, std::string(kText).find("section world=4")) +
+                              "section world=2 nodes=1 local=2 transport=shm buffers=private placement=far\n"
+                              "candidates ring\n8 1\nend\n");
+  CHECK_THAT(e.what(), Contains("a second section world=2") && Contains("one placement=near, one placement=far"));
 }
 
 TEST_CASE("profile: decide takes the fastest per size, bands halfway between sizes", "[comm][profile]") {

@@ -86,7 +86,7 @@ TEST_CASE("tuner: a profile where ring must win", "[comm][tuner]") {
   for (std::size_t bytes : {std::size_t{4096}, std::size_t{1} << 20, std::size_t{64} << 20, std::size_t{1} << 30}) {
     INFO(bytes);
     CHECK(route(t, bytes) == Route::Schedule);
-    CHECK(profiled_algorithm(bytes, Buffers::Host, t) == Algorithm::Ring);
+    CHECK(profiled_algorithm(bytes, Buffers::Host, Placement::Unknown, t) == Algorithm::Ring);
     // However near or far the placement probe finds the CPUs.
     CHECK(route(t, bytes, Buffers::Host, kAll, Placement::Far) == Route::Schedule);
   }
@@ -99,12 +99,12 @@ TEST_CASE("tuner: a profile where two-shot must win", "[comm][tuner]") {
   for (std::size_t bytes : {std::size_t{2048}, std::size_t{256} << 10, std::size_t{64} << 20}) {
     INFO(bytes);
     CHECK(route(t, bytes) == Route::Schedule);
-    CHECK(profiled_algorithm(bytes, Buffers::Host, t) == Algorithm::TwoShot);
+    CHECK(profiled_algorithm(bytes, Buffers::Host, Placement::Unknown, t) == Algorithm::TwoShot);
   }
   // The parts of a device call take the same algorithm; device buffers
   // are not the table's.
-  CHECK(profiled_algorithm(1 << 20, Buffers::Staging, t) == Algorithm::TwoShot);
-  CHECK_FALSE(profiled_algorithm(1 << 20, Buffers::Device, t).has_value());
+  CHECK(profiled_algorithm(1 << 20, Buffers::Staging, Placement::Unknown, t) == Algorithm::TwoShot);
+  CHECK_FALSE(profiled_algorithm(1 << 20, Buffers::Device, Placement::Unknown, t).has_value());
 }
 
 TEST_CASE("tuner: a profile where the staged route must win", "[comm][tuner]") {
@@ -115,10 +115,10 @@ TEST_CASE("tuner: a profile where the staged route must win", "[comm][tuner]") {
   CHECK(t.staged_near_from == 256u << 10);
   CHECK(route(t, 64 << 10, Buffers::Host, kAll, Placement::Near) == Route::Staged);
   CHECK(route(t, 64 << 20) == Route::Staged);
-  CHECK_FALSE(profiled_algorithm(64 << 20, Buffers::Host, t).has_value());
+  CHECK_FALSE(profiled_algorithm(64 << 20, Buffers::Host, Placement::Unknown, t).has_value());
   // Small calls: ring (cheapest latency past the mailboxes).
   CHECK(route(t, 4096) == Route::Schedule);
-  CHECK(profiled_algorithm(4096, Buffers::Host, t) == Algorithm::Ring);
+  CHECK(profiled_algorithm(4096, Buffers::Host, Placement::Unknown, t) == Algorithm::Ring);
   // Without staging memory the rules decide.
   CHECK(route(t, 64 << 20, Buffers::Host, Paths{true, false, false}) == Route::Schedule);
   // A device call's parts are staged already: never the staged route.
@@ -150,7 +150,7 @@ TEST_CASE("tuner: the rules' choice stands unless measured clearly slower", "[co
   const Profile p = profile_of({section(2, near_tie)});
   const Tuning t = make_tuning(Settings{}, node(2, 2), &p);
   CHECK(route(t, 16 << 10) == Route::Schedule);
-  CHECK(profiled_algorithm(16 << 10, Buffers::Host, t) == Algorithm::TwoShot);
+  CHECK(profiled_algorithm(16 << 10, Buffers::Host, Placement::Unknown, t) == Algorithm::TwoShot);
   CHECK(route(t, 1 << 20) == Route::Staged);
   CHECK(route(t, 64 << 20) == Route::Staged);
 }
@@ -183,6 +183,31 @@ TEST_CASE("tuner: what a profile does not decide", "[comm][tuner]") {
     s.transport = Transport::Tcp;
     CHECK(make_tuning(s, node(4, 8), &p).profile.empty());
   }
+}
+
+TEST_CASE("tuner: a profile measured near and far decides by the placement the ranks agree on", "[comm][tuner]") {
+  ProfileSection near = section(4, kRingWins), far = section(4, kTwoShotWins);
+  near.placement = MeasuredPlacement::Near;
+  far.placement = MeasuredPlacement::Far;
+  const Profile both = profile_of({near, far});
+  const Tuning t = make_tuning(Settings{}, node(4, 8), &both);
+  REQUIRE_FALSE(t.near_private_bands.empty());
+  CHECK(t.private_placement == MeasuredPlacement::Far);
+  for (std::size_t bytes : {std::size_t{16} << 10, std::size_t{1} << 20}) {
+    INFO(bytes);
+    CHECK(profiled_algorithm(bytes, Buffers::Host, Placement::Near, t) == Algorithm::Ring);
+    CHECK(profiled_algorithm(bytes, Buffers::Host, Placement::Far, t) == Algorithm::TwoShot);
+    CHECK(profiled_algorithm(bytes, Buffers::Host, Placement::Unknown, t) == Algorithm::TwoShot);  // as far
+  }
+  // One of them alone decides whatever the placement.
+  const Profile near_only = profile_of({near});
+  const Tuning n = make_tuning(Settings{}, node(4, 8), &near_only);
+  CHECK(n.near_private_bands.empty());
+  CHECK(profiled_algorithm(1 << 20, Buffers::Host, Placement::Far, n) == Algorithm::Ring);
+  CHECK(profiled_algorithm(1 << 20, Buffers::Host, Placement::Near, n) == Algorithm::Ring);
+  const std::string text = t.describe();
+  CHECK(text.find("measured with the CPUs near") != std::string::npos);
+  CHECK(text.find("measured with the CPUs far apart") != std::string::npos);
 }
 
 TEST_CASE("tuner: describe names the profile and its bands", "[comm][tuner]") {
