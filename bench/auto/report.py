@@ -49,7 +49,8 @@ def placement_text(seen):
 
 
 def calibrated_placements(results):
-    """{config: the placement= of its section in RESULTS/profile.txt}."""
+    """{config: the placement= of its sections in RESULTS/profile.txt
+    ("near + far" where the calibration wrote one of each)}."""
     out = {}
     path = os.path.join(results, "profile.txt")
     if not os.path.exists(path):
@@ -61,7 +62,8 @@ def calibrated_placements(results):
                 continue
             fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
             config = f"{fields.get('transport')}-n{fields.get('world')}-{fields.get('buffers')}"
-            out[config] = fields.get("placement", "-")
+            placement = fields.get("placement", "-")
+            out[config] = f"{out[config]} + {placement}" if config in out else placement
     return out
 
 
