@@ -59,6 +59,35 @@ std::vector<comm::ProfileSection> calibrate_two(const comm::CalibrateOptions& o)
   return sections[0];
 }
 
+// While it lives, every placement probe finds the CPUs near (or far): the
+// judge gives each rank's verdict, whatever the cores, paired or not.
+class JudgedProbes {
+ public:
+  explicit JudgedProbes(bool near) {
+    near_ = near;
+    comm::SymmetricMemory::judge_probes_for_tests(
+        [](int, std::uint64_t) { return near_ ? comm::Placement::Near : comm::Placement::Far; });
+  }
+  ~JudgedProbes() { comm::SymmetricMemory::judge_probes_for_tests(nullptr); }
+  JudgedProbes(const JudgedProbes&) = delete;
+  JudgedProbes& operator=(const JudgedProbes&) = delete;
+
+ private:
+  static inline bool near_ = false;
+};
+
+// Two ranks' communicators, as Impl (for their tuning and history).
+std::vector<std::shared_ptr<Communicator::Impl>> impls_of_two(const CommOptions& base) {
+  std::vector<std::shared_ptr<Communicator::Impl>> impls(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    impls[r] = Communicator::Impl::create(mine);
+  });
+  return impls;
+}
+
 // 2 ranks on one node: the mailboxes up to 1 KiB, doubling up to 8 KiB,
 // the staged route beyond.
 const char* kProfile =
@@ -130,18 +159,11 @@ TEST_CASE("calibrate: rounds near and far make a section of each, from its own r
 }
 
 TEST_CASE("calibrate: the section says where the probes found the CPUs, round by round", "[comm][calibrate]") {
-  // Every probe finds the CPUs near (or far): the judge gives each rank's
-  // verdict, whatever the cores, paired or not. The staged candidate's
-  // first two calls, before the first round, probe, and every rank goes by
-  // the first one's verdict from then on (docs/tuning.md#probe-cadence).
+  // Every probe finds the CPUs near (or far). The staged candidate's first
+  // two calls, before the first round, probe, and every rank goes by the
+  // first one's verdict from then on (docs/tuning.md#probe-cadence).
   const bool near = GENERATE(true, false);
-  static bool all_near;
-  all_near = near;
-  comm::SymmetricMemory::judge_probes_for_tests(
-      [](int, std::uint64_t) { return all_near ? comm::Placement::Near : comm::Placement::Far; });
-  struct Restore {
-    ~Restore() { comm::SymmetricMemory::judge_probes_for_tests(nullptr); }
-  } restore;
+  const JudgedProbes judged(near);
   comm::CalibrateOptions o;
   o.sizes = {8, 4096};
   o.repetitions = 2;
@@ -282,15 +304,9 @@ TEST_CASE("tuning profile: a small call on symmetric memory takes the symmetric 
       "8 0.3 2 1 9\n"
       "4096 - 2 4 9\n"
       "end\n");
-  const CommOptions base = on_shm();
-  std::vector<std::shared_ptr<Communicator::Impl>> impls(2);
-  run_ranks(2, [&](int r) {
-    CommOptions mine = base;
-    mine.rank = r;
-    mine.world_size = 2;
-    mine.tuning_file = path;
-    impls[r] = Communicator::Impl::create(mine);
-  });
+  CommOptions base = on_shm();
+  base.tuning_file = path;
+  const auto impls = impls_of_two(base);
   constexpr std::size_t kCount = 1024;  // 4 KiB of float32
   constexpr int kCalls = 50;
   // Catch's INFO and failing assertions are not safe on the rank threads:
@@ -341,22 +357,10 @@ TEST_CASE("tuning profile: measured near and far, the table of the placement the
       "1048576 - 90 90 10\n"
       "end\n");
   const bool near = GENERATE(true, false);
-  static bool all_near;
-  all_near = near;
-  comm::SymmetricMemory::judge_probes_for_tests(
-      [](int, std::uint64_t) { return all_near ? comm::Placement::Near : comm::Placement::Far; });
-  struct Restore {
-    ~Restore() { comm::SymmetricMemory::judge_probes_for_tests(nullptr); }
-  } restore;
+  const JudgedProbes judged(near);
   CommOptions base = on_shm();
   base.tuning_file = path;
-  std::vector<std::shared_ptr<Communicator::Impl>> impls(2);
-  run_ranks(2, [&](int r) {
-    CommOptions mine = base;
-    mine.rank = r;
-    mine.world_size = 2;
-    impls[r] = Communicator::Impl::create(mine);
-  });
+  const auto impls = impls_of_two(base);
   std::vector<std::string> reports(2);
   std::vector<std::size_t> wrong(2, 0);
   run_ranks(2, [&](int r) {
