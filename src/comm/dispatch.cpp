@@ -303,13 +303,13 @@ Work Communicator::Impl::queue_part_run(Task t, std::unique_lock<core::FutexMute
 // of run_task: one number from the open gate, one history record, and the
 // route's way (the cheapest way for the smallest calls, whose time is
 // mostly this bookkeeping: docs/tuning.md#direct-calls). Its route is the
-// one execute() would take: it does not depend on the placement (only a
-// call of the staged route's size does, and such a call is left to
-// try_direct); on symmetric memory it is the symmetric table's choice, as
-// a profile may make it from small sizes on, and with a profile measured
-// near and far, the table of the placement the ranks agree on
-// (docs/tuning.md#tuner), read under the executor's lock with the gate
-// open: every earlier call of this rank has run.
+// one execute() would take. On symmetric memory it is the symmetric
+// table's choice, as a profile may make it from small sizes on
+// (docs/tuning.md#tuner). Under the rules it does not depend on the
+// placement (only a call of the staged route's size does, and such a call
+// is left to try_direct); with a profile measured near and far it is the
+// table of the placement the ranks agree on, read under the executor's
+// lock with the gate open, when every earlier call of this rank has run.
 std::optional<Work> Communicator::Impl::try_small(const comm::Call& c) {
   if (broken.load()) return std::nullopt;
   const std::size_t bytes = c.bytes();
