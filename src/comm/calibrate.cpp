@@ -124,7 +124,7 @@ Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmet
   Call call;
   call.count = bytes / 4;
   const Buffers buffers = symmetric && impl.symmetric_may_count(call) ? Buffers::Symmetric : Buffers::Host;
-  const Placement placement = impl.symmetric ? impl.symmetric->agreed_placement() : Placement::Unknown;
+  const Placement placement = impl.placement_now();
   const Route route = choose_route({call.kind, call.collective, bytes}, buffers, placement, impl.paths, impl.tuning);
   if (const std::optional<Candidate> c = route_candidate(route)) return *c;
   return schedule_candidate(impl.choose(call, buffers, placement));
@@ -241,7 +241,7 @@ std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOp
   std::vector<Placement> rounds;
   auto placement_seen = [&]() -> std::string {
     rounds.push_back(agreed_placement(ways));
-    return rounds.back() == Placement::Near ? "CPUs near" : rounds.back() == Placement::Far ? "CPUs far" : "";
+    return rounds.back() == Placement::Unknown ? "" : "CPUs " + std::string(name(rounds.back()));
   };
   const auto runs = race(entrants, o.sizes, o.repetitions, o.per_measurement, o.progress, placement_seen);
   std::vector<ProfileSection> sections = sections_from(blank, o.sizes, runs, rounds);

@@ -95,6 +95,15 @@ Bounced bounce(std::atomic<std::uint64_t>& mine, const std::atomic<std::uint64_t
   return b;
 }
 
+std::string_view name(Placement placement) {
+  switch (placement) {
+    case Placement::Near: return "near";
+    case Placement::Far: return "far";
+    case Placement::Unknown: break;
+  }
+  return "unknown";
+}
+
 Placement placement_of(const Bounced& b) {
   if (b.round_trips == 0 || b.fastest > kWaitedForCpu) return Placement::Unknown;
   return b.fastest > kFar ? Placement::Far : Placement::Near;

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace kizuna::comm {
@@ -47,6 +48,8 @@ Bounced bounce(std::atomic<std::uint64_t>& mine, const std::atomic<std::uint64_t
                std::uint64_t probe, std::chrono::steady_clock::time_point until);
 
 enum class Placement { Near, Far, Unknown };
+// "near", "far" or "unknown".
+std::string_view name(Placement placement);
 
 // The fastest round trip, timed as bounce() times it (the clock read with
 // it), took 220-350 ns on this project's machine with the two CPUs near

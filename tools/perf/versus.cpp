@@ -160,7 +160,7 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
   std::vector<std::string> placements;
   auto placement_seen = [&]() -> std::string {
     const comm::Placement p = comm::agreed_placement(forced);
-    placements.push_back(p == comm::Placement::Near ? "near" : p == comm::Placement::Far ? "far" : "unknown");
+    placements.emplace_back(comm::name(p));
     return p == comm::Placement::Unknown ? "" : "CPUs " + placements.back();
   };
   const auto runs = comm::race(
