@@ -49,13 +49,12 @@ void sum(Communicator& comm, float* buffer, std::size_t count) {
   comm.all_reduce(buffer, buffer, count, DataType::Float32, ReduceOp::Sum).wait();
 }
 
-// The slowest rank's mean time per call of `calls` in-place sums.
+// This rank's time (us) for `calls` in-place sums, started together.
 double time_calls(Communicator& comm, float* buffer, std::size_t count, int calls) {
   comm.barrier().wait();
   const auto start = Clock::now();
   for (int i = 0; i < calls; ++i) sum(comm, buffer, count);
-  const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / calls;
-  return slowest(comm, us);
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
 // How many calls fill `per_measurement`, the same on every rank. One call
@@ -68,7 +67,7 @@ int calls_to_fill(Communicator& comm, float* buffer, std::size_t count, std::chr
   constexpr int kMostCalls = 1'000'000;
   const double budget = static_cast<double>(per_measurement.count());
   for (int batch = 1;; batch *= 10) {
-    const double each = time_calls(comm, buffer, count, batch);  // alike on every rank
+    const double each = slowest(comm, time_calls(comm, buffer, count, batch) / batch);  // alike on every rank
     const double lasted = each * batch;
     if ((lasted >= budget / 10 && batch >= 100) || lasted >= budget / 2 || batch >= kMostCalls / 10)
       return static_cast<int>(std::clamp(std::ceil(budget / std::max(each, 0.001)), 1.0, double{kMostCalls}));
@@ -103,6 +102,11 @@ void check_sizes(const std::vector<std::uint64_t>& sizes, const char* who) {
 }
 
 }  // namespace
+
+int calls_in_slice(int calls, int slice) {
+  const auto upto = [&](int s) { return static_cast<int>(static_cast<long long>(calls) * s / kRaceSlices); };
+  return upto(slice + 1) - upto(slice);
+}
 
 std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric, const std::string& tag) {
   const auto first = force(base, Candidate::Ring, tag);
@@ -151,26 +155,41 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
     }
   // Rounds over every size: a size's rounds lie far apart in time, so that
   // a burst of noise (another job, the host moving a CPU) lands on one of
-  // them, not on all. Each size's entrants run in a shuffled order, the
-  // same on every rank (a fixed seed): an entrant runs after a different
-  // one each time, so what one leaves behind (caches, threads still
-  // polling) does not always slow the same one down.
+  // them, not on all. Within a round a size's measurements are cut into
+  // slices and the entrants take turns slice by slice, so that each
+  // entrant's time spans the same stretch of the host's pace as the
+  // others': the host changes pace for tenths of a second at a time
+  // (docs/performance.md#small-all-reduces-over-tcp-against-open-mpi),
+  // about as long as one measurement of every entrant together, so
+  // entrants measured one after the other would each meet another pace
+  // (docs/tuning.md#tuner). Each slice's entrants
+  // run in a shuffled order, the same on every rank (a fixed seed): an
+  // entrant runs after a different one each time, so what one leaves
+  // behind (caches, threads still polling) does not always slow the same
+  // one down.
   std::vector<std::vector<std::vector<double>>> runs(sizes.size(), std::vector<std::vector<double>>(entrants.size()));
   std::mt19937 shuffle(12345);
   std::vector<std::size_t> order(entrants.size());
   for (int round = 0; round < repetitions; ++round) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      std::iota(order.begin(), order.end(), std::size_t{0});
-      std::shuffle(order.begin(), order.end(), shuffle);
-      for (const std::size_t w : order) {
-        if (calls[i][w] == 0) continue;
-        const Entrant& e = entrants[w];
-        const std::size_t count = sizes[i] / 4;
-        // A warm-up call where a measurement holds several, so that the
-        // timed ones find the buffer where the previous size left it.
-        if (calls[i][w] > 1) sum(*e.comm, e.buffer, count);
-        runs[i][w].push_back(time_calls(*e.comm, e.buffer, count, calls[i][w]));
+      const std::size_t count = sizes[i] / 4;
+      std::vector<double> spent(entrants.size(), 0.0);  // this rank's us, over the slices
+      for (int slice = 0; slice < kRaceSlices; ++slice) {
+        std::iota(order.begin(), order.end(), std::size_t{0});
+        std::shuffle(order.begin(), order.end(), shuffle);
+        for (const std::size_t w : order) {
+          const int in_slice = calls_in_slice(calls[i][w], slice);
+          if (in_slice == 0) continue;
+          const Entrant& e = entrants[w];
+          // A warm-up call where a slice holds several, so that the timed
+          // ones find the buffer and the entrant's own memory where a call
+          // of this size leaves them, not where the previous entrant did.
+          if (in_slice > 1) sum(*e.comm, e.buffer, count);
+          spent[w] += time_calls(*e.comm, e.buffer, count, in_slice);
+        }
       }
+      for (std::size_t w = 0; w < entrants.size(); ++w)
+        if (calls[i][w] > 0) runs[i][w].push_back(slowest(*entrants[w].comm, spent[w] / calls[i][w]));
     }
     const std::string note = after_round ? after_round() : "";
     if (printing)

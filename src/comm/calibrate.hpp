@@ -5,15 +5,17 @@
 // creates one communicator per candidate that applies here, each forcing
 // its candidate (an algorithm through the links; the mailboxes, the staged
 // or the symmetric route by their thresholds), all alive at once. Then in
-// `repetitions` rounds, each over every size, each size's candidates in
-// another order each round, it times a loop of in-place float32 sums: as
-// many calls as fill about `per_measurement` (decided once per size and
-// candidate from a batch of calls that grows tenfold until it lasts a
-// tenth of that with 100 calls or more, or half of it: the slowest rank's
-// mean), each waited for, the
-// slowest rank's mean per call. A candidate's time at a size is the median
-// of its rounds; the rounds of a size lie far apart in time, so a burst of
-// noise lands on one of them and does not decide.
+// `repetitions` rounds, each over every size, it times each candidate's
+// loop of in-place float32 sums: as many calls as fill about
+// `per_measurement` (decided once per size and candidate from a batch of
+// calls that grows tenfold until it lasts a tenth of that with 100 calls
+// or more, or half of it: the slowest rank's mean), each waited for, the
+// slowest rank's mean per call. A size's loops are cut into ten slices and
+// the candidates take turns slice by slice, in another order each slice,
+// so that every candidate meets the same changes of the host's pace. A
+// candidate's time at a size is the median of its rounds; the rounds of a
+// size lie far apart in time, so a burst of noise lands on one of them and
+// does not decide.
 //
 // The section says where the ranks' CPUs were meanwhile
 // (ProfileSection::placement), as sampled after each round:
@@ -94,6 +96,16 @@ Placement agreed_placement(const std::vector<Forced>& ways);
 // call's would be decided now (the placement the ranks last agreed on).
 Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmetric);
 
+// The slices race() cuts each measurement into: each lasts a tenth of it,
+// a few milliseconds, far shorter than the host's changes of pace.
+inline constexpr int kRaceSlices = 10;
+
+// The calls of slice `slice` (0 .. kRaceSlices - 1) of a measurement of
+// `calls`: spread over the slices as evenly as they go (two slices differ
+// by one call at most), none left out; slices of no call where there are
+// fewer calls than slices.
+int calls_in_slice(int calls, int slice);
+
 // One runner of race(): in-place float32 sums on `comm` over `buffer`
 // (at least the largest size), at the sizes up to `upto` bytes.
 struct Entrant {
@@ -104,8 +116,9 @@ struct Entrant {
 
 // Times every entrant at every size as calibrate() times its candidates:
 // calls fill about `per_measurement`, `repetitions` rounds over every size,
-// each size's entrants shuffled anew each round (alike on every rank), the
-// slowest rank's mean per call.
+// a size's measurements cut into slices that the entrants take in turn,
+// shuffled anew each slice (alike on every rank), the slowest rank's mean
+// per call.
 // Returns [size][entrant] -> one time per round (us), empty where an
 // entrant does not run that size. Collective over every entrant's ranks.
 // `after_round`, when given, is called on every rank after each round; what

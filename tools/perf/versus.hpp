@@ -6,7 +6,7 @@
 // and one communicator forcing each candidate that applies
 // (comm::forced_communicators). They are raced as calibrate() races the
 // candidates (comm::race): rounds over every size, each size's contenders
-// shuffled anew each round, the slowest rank's mean per call; each
+// taking turns slice by slice, the slowest rank's mean per call; each
 // measurement fills about 30 ms, three times the calibration's, so that the
 // judge's figures spread less than what they judge. One set of processes,
 // so one placement of the ranks on the CPUs for every contender: across

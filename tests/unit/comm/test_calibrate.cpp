@@ -223,6 +223,25 @@ TEST_CASE("race: every entrant timed at its sizes in every round, on every rank 
   CHECK(runs[0] == runs[1]);  // the slowest rank's times, on both
 }
 
+TEST_CASE("race: a measurement's calls spread over its slices, evenly and all of them", "[comm][calibrate]") {
+  for (int calls = 0; calls <= 1000; ++calls) {
+    int total = 0, least = calls, most = 0;
+    for (int slice = 0; slice < comm::kRaceSlices; ++slice) {
+      const int n = comm::calls_in_slice(calls, slice);
+      total += n;
+      least = std::min(least, n);
+      most = std::max(most, n);
+    }
+    INFO(calls << " calls");
+    CHECK(total == calls);
+    CHECK(most - least <= 1);
+  }
+  // Fewer calls than slices: slices of one call, the rest empty.
+  CHECK(comm::calls_in_slice(1, comm::kRaceSlices - 1) == 1);
+  CHECK(comm::calls_in_slice(1, 0) == 0);
+  CHECK(comm::calls_in_slice(1'000'000, 0) == 100'000);
+}
+
 TEST_CASE("calibrate: bad sizes are refused", "[comm][calibrate]") {
   comm::CalibrateOptions o;
   o.sizes = {8, 6};
