@@ -166,6 +166,9 @@ class SymmetricMemory {
   // lives (a queued call holds its buffers' so); null when none does.
   std::shared_ptr<const void> pin(const void* p, std::size_t bytes) const;
   // Whether an allocation holds [p, p + bytes), without keeping it mapped.
+  // It is asked at every small call on symmetric memory (try_small), so it
+  // first looks at the allocations this thread last found here, without
+  // the lock: a job's calls keep to a few buffers.
   bool holds(const void* p, std::size_t bytes) const;
 
   struct Call {
@@ -274,6 +277,9 @@ class SymmetricMemory {
   void copy_for_peers(void* to, const void* from, std::size_t bytes) const;
   int failed_peer_ = -1;
   std::optional<transport::AbortNotice> cause_;
+  // This object's number, never another's (holds()'s hints name it: an
+  // address may be reused).
+  const std::uint64_t id_;
   mutable std::mutex mutex_;
   // The user's allocations by their address here, with their size: holds()
   // answers from it without taking a reference (docs/tuning.md#tuner: it is

@@ -291,3 +291,48 @@ TEST_CASE("symmetric memory holds its bytes at any offset, none past an allocati
     CHECK(sym.holds(other.get(), 8));
   });
 }
+
+TEST_CASE("symmetric memory: what one communicator's memory was found to hold is not held by another's",
+          "[comm][symmetric]") {
+  // holds() remembers, per thread, the allocations it last found; another
+  // communicator's memory, or an allocation let go, must not be answered
+  // from that.
+  CommOptions options = shm_options();
+  options.store = std::make_shared<HashStore>();
+  std::vector<std::shared_ptr<Communicator::Impl>> a(2), b(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = options;
+    mine.rank = r;
+    mine.world_size = 2;
+    mine.name = "test/symmetric-hints-a";
+    a[r] = Communicator::Impl::create(mine);
+    mine.name = "test/symmetric-hints-b";
+    b[r] = Communicator::Impl::create(mine);
+  });
+  // Per rank: A holds its own, B not A's, B its own, A not B's, again
+  // A its own, and A not its own once let go.
+  std::vector<std::vector<bool>> seen(2);
+  run_ranks(2, [&](int r) {
+    Communicator ca(a[r]), cb(b[r]);
+    std::shared_ptr<void> in_a = ca.allocate_symmetric(4096);
+    std::shared_ptr<void> in_b = cb.allocate_symmetric(4096);
+    if (!a[r]->symmetric || !b[r]->symmetric) throw std::runtime_error("no symmetric memory");
+    const comm::SymmetricMemory& sa = *a[r]->symmetric;
+    const comm::SymmetricMemory& sb = *b[r]->symmetric;
+    seen[r] = {sa.holds(in_a.get(), 64), sb.holds(in_a.get(), 64), sb.holds(in_b.get(), 64),
+               sa.holds(in_b.get(), 64), sa.holds(in_a.get(), 4096)};
+    const void* was_a = in_a.get();
+    in_a.reset();
+    seen[r].push_back(sa.holds(was_a, 64));
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    REQUIRE(seen[r].size() == 6);
+    CHECK(seen[r][0]);
+    CHECK_FALSE(seen[r][1]);
+    CHECK(seen[r][2]);
+    CHECK_FALSE(seen[r][3]);
+    CHECK(seen[r][4]);
+    CHECK_FALSE(seen[r][5]);
+  }
+}
