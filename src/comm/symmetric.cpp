@@ -260,9 +260,9 @@ std::shared_ptr<const void> SymmetricMemory::pin(const void* p, std::size_t byte
 
 bool SymmetricMemory::holds(const void* p, std::size_t bytes) const {
   // The last two allocations this thread found held (an out-of-place
-  // call's two buffers): the lock and the map cost a fifth of a small
-  // call's time, docs/tuning.md#direct-calls. A hint is good while its
-  // allocation lives; one let go is looked up anew.
+  // call's two buffers): the lock and the map slowed a small call on
+  // symmetric memory by a fifth, docs/tuning.md#direct-calls. A hint is
+  // good while its allocation lives; one let go is looked up anew.
   struct Hint {
     std::uint64_t memory = 0;
     std::uintptr_t base = 0;
