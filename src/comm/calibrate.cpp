@@ -162,11 +162,10 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
   // (docs/performance.md#small-all-reduces-over-tcp-against-open-mpi),
   // about as long as one measurement of every entrant together, so
   // entrants measured one after the other would each meet another pace
-  // (docs/tuning.md#tuner). Each slice's entrants
-  // run in a shuffled order, the same on every rank (a fixed seed): an
-  // entrant runs after a different one each time, so what one leaves
-  // behind (caches, threads still polling) does not always slow the same
-  // one down.
+  // (docs/tuning.md#tuner). Each slice's entrants run in a shuffled order,
+  // the same on every rank (a fixed seed): an entrant runs after a
+  // different one each time, so what one leaves behind (caches, threads
+  // still polling) does not always slow the same one down.
   std::vector<std::vector<std::vector<double>>> runs(sizes.size(), std::vector<std::vector<double>>(entrants.size()));
   std::mt19937 shuffle(12345);
   std::vector<std::size_t> order(entrants.size());

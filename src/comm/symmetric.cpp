@@ -98,10 +98,9 @@ void check_same_seq(int r, const RegionCall& c, const RegionCall& mine, const Ru
                  "): it made another call, which took another route");
 }
 
-}  // namespace
-
-namespace {
+// SymmetricMemory::id_: numbers from 1, so that a hint never set names none.
 std::atomic<std::uint64_t> next_memory_id{1};
+
 }  // namespace
 
 SymmetricMemory::SymmetricMemory(SymmetricSetup setup)
