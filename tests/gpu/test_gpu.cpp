@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +44,9 @@ using namespace kizuna::test;
 
 namespace {
 
-int g_failures = 0;
+// Counted from the rank threads at once (run_threads): an atomic, so that
+// no failure is lost to a race.
+std::atomic<int> g_failures{0};
 
 #define GPU_EXPECT(cond, ...)            \
   do {                                   \
