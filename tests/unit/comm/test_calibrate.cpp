@@ -100,15 +100,22 @@ const char* kProfile =
     "65536 - 20 30 10\n"
     "end\n";
 
-}  // namespace
-
-TEST_CASE("calibrate: every candidate measured on every rank alike", "[comm][calibrate]") {
+// A short calibration: 8 B and 4 KiB, two rounds, rank 0's progress
+// lines into `lines`.
+comm::CalibrateOptions two_sizes_two_rounds(std::vector<std::string>& lines) {
   comm::CalibrateOptions o;
   o.sizes = {8, 4096};
   o.repetitions = 2;
   o.per_measurement = std::chrono::microseconds(200);
+  o.progress = [&lines](const std::string& line) { lines.push_back(line); };
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("calibrate: every candidate measured on every rank alike", "[comm][calibrate]") {
   std::vector<std::string> lines;
-  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  const comm::CalibrateOptions o = two_sizes_two_rounds(lines);
   // One section, or two where the probes found the CPUs near in one round
   // and far in the other.
   const std::vector<comm::ProfileSection> sections = calibrate_two(o);
@@ -164,12 +171,8 @@ TEST_CASE("calibrate: the section says where the probes found the CPUs, round by
   // first one's verdict from then on (docs/tuning.md#probe-cadence).
   const bool near = GENERATE(true, false);
   const JudgedProbes judged(near);
-  comm::CalibrateOptions o;
-  o.sizes = {8, 4096};
-  o.repetitions = 2;
-  o.per_measurement = std::chrono::microseconds(200);
   std::vector<std::string> lines;
-  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  const comm::CalibrateOptions o = two_sizes_two_rounds(lines);
   const std::vector<comm::ProfileSection> sections = calibrate_two(o);
   const std::string cpus = near ? "(CPUs near)" : "(CPUs far)";
   REQUIRE(lines.size() == 4);
