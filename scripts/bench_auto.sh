@@ -4,7 +4,10 @@
 # kizuna-perf --calibrate PROFILE --versus PROFILE, in which the same
 # processes
 #   1. measure every candidate and write their section of the tuning
-#      profile BENCH_OUT/profile.txt (docs/tuning.md#tuner);
+#      profile BENCH_OUT/profile.txt (docs/tuning.md#tuner), going on for
+#      up to BENCH_PLACEMENT_WAIT (default 60s) while the CPUs were found
+#      near or far in fewer rounds than BENCH_REPS, so that the profile
+#      holds a table of each placement where the host moves the CPUs;
 #   2. race, alternating in BENCH_REPS rounds (default 5), each round's
 #      contenders in another order: auto with that profile, auto without
 #      one (the built-in rules), and every forced choice: each algorithm,
@@ -41,6 +44,7 @@ if ((doc)); then
 fi
 
 reps=${BENCH_REPS:-5}
+placement_wait=${BENCH_PLACEMENT_WAIT:-60s}
 max=${BENCH_MAX:-64M}
 shm_worlds=${BENCH_SHM_WORLDS:-2 3 4 8}
 tcp_worlds=${BENCH_TCP_WORLDS:-2 4}
@@ -62,7 +66,7 @@ for config in "${configs[@]}"; do
   cname="$transport-n$n-$([[ $register == 2 ]] && echo symmetric || echo private)"
   echo "== $cname"
   if launch "$n" "$perf" --transport "$transport" -R "$register" -b 8 -e "$max" -f 2 --rounds "$reps" \
-    --calibrate "$profile" --versus "$profile" --json "$out/$cname--versus.json" >"$out/$cname.txt" 2>"$out/$cname.err"; then
+    --placement-wait "$placement_wait" --calibrate "$profile" --versus "$profile" --json "$out/$cname--versus.json" >"$out/$cname.txt" 2>"$out/$cname.err"; then
     grep -E '# (wrote|wrong)' "$out/$cname.txt" || true
   else
     echo "bench_auto.sh: $cname failed; see $out/$cname.txt and $out/$cname.err" >&2

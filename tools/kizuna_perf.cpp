@@ -33,6 +33,7 @@
 #include <kizuna/store.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -112,6 +113,7 @@ struct Options {
   std::string calibrate;  // --calibrate FILE: measure the candidates, write a tuning profile
   std::string versus;     // --versus FILE: auto with that profile against every forced candidate
   int rounds = 5;         // --rounds: of --calibrate and --versus
+  std::chrono::milliseconds placement_wait{0};  // --placement-wait: of --calibrate
 };
 
 std::vector<DataType> parse_types(std::string_view text) {
@@ -209,7 +211,14 @@ bool parse_command_line(int argc, char** argv, Options& o, ArgParser& p) {
           });
   p.value("", "--rounds", "N", "rounds of --calibrate and --versus, each size's time their median (default 5)",
           [&](std::string_view v) { o.rounds = static_cast<int>(core::parse_int("--rounds", v, 1, 1000)); });
+  p.value("", "--placement-wait", "DURATION",
+          "with --calibrate: after the rounds, while the CPUs were found near (sharing a cache) or far in "
+          "fewer than --rounds rounds, calibrate more rounds for up to DURATION (\"60s\"), so that the "
+          "profile holds a table of each placement (for hosts that move the CPUs; docs/tuning.md#tuner)",
+          [&](std::string_view v) { o.placement_wait = core::parse_duration("--placement-wait", v); });
   if (!p.parse(argc, argv)) return false;
+  if (o.placement_wait.count() > 0 && o.calibrate.empty())
+    throw UsageError("--placement-wait is how long --calibrate goes on: give --calibrate FILE too");
   if (!o.versus.empty() && !o.calibrate.empty() && o.versus != o.calibrate)
     throw UsageError("--versus " + o.versus + " with --calibrate " + o.calibrate +
                      ": together they name one profile, calibrated then raced");
@@ -270,6 +279,7 @@ CalibrationArgs calibration_args(const Options& o) {
   args.sizes = o.config.common.sizes();
   args.symmetric = o.symmetric;
   args.rounds = o.rounds;
+  args.placement_wait = o.placement_wait;
   return args;
 }
 

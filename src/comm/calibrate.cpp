@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "comm/comm_impl.hpp"
@@ -138,7 +139,8 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
                                                    const std::vector<std::uint64_t>& sizes, int repetitions,
                                                    std::chrono::microseconds per_measurement,
                                                    const std::function<void(const std::string&)>& progress,
-                                                   const std::function<std::string()>& after_round) {
+                                                   const std::function<std::string()>& after_round,
+                                                   const std::function<bool()>& more) {
   check_sizes(sizes, "race");
   KIZUNA_CHECK_ARG(repetitions >= 1, "race: repetitions is ", repetitions, "; at least 1");
   KIZUNA_CHECK_ARG(!entrants.empty(), "race: no entrants");
@@ -169,7 +171,7 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
   std::vector<std::vector<std::vector<double>>> runs(sizes.size(), std::vector<std::vector<double>>(entrants.size()));
   std::mt19937 shuffle(12345);
   std::vector<std::size_t> order(entrants.size());
-  for (int round = 0; round < repetitions; ++round) {
+  for (int round = 0; round < repetitions || (more && more()); ++round) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const std::size_t count = sizes[i] / 4;
       std::vector<double> spent(entrants.size(), 0.0);  // this rank's us, over the slices
@@ -192,10 +194,17 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
     }
     const std::string note = after_round ? after_round() : "";
     if (printing)
-      progress("round " + std::to_string(round + 1) + " of " + std::to_string(repetitions) + " done" +
+      progress("round " + std::to_string(round + 1) +
+               (round < repetitions ? " of " + std::to_string(repetitions) : std::string()) + " done" +
                (note.empty() ? "" : " (" + note + ")"));
   }
   return runs;
+}
+
+bool placements_short(const std::vector<Placement>& rounds, int repetitions) {
+  const auto near = std::count(rounds.begin(), rounds.end(), Placement::Near);
+  const auto far = std::count(rounds.begin(), rounds.end(), Placement::Far);
+  return near + far > 0 && std::min(near, far) < repetitions;
 }
 
 std::vector<ProfileSection> sections_from(const ProfileSection& blank, const std::vector<std::uint64_t>& sizes,
@@ -261,7 +270,17 @@ std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOp
     rounds.push_back(agreed_placement(ways));
     return rounds.back() == Placement::Unknown ? "" : "CPUs " + std::string(name(rounds.back()));
   };
-  const auto runs = race(entrants, o.sizes, o.repetitions, o.per_measurement, o.progress, placement_seen);
+  // More rounds while a placement lacks rounds, for up to placement_wait
+  // after the first ones, by the slowest rank's clock so that every rank
+  // stops after the same round.
+  std::optional<Clock::time_point> waiting_since;
+  auto more = [&] {
+    if (o.placement_wait.count() <= 0 || !placements_short(rounds, o.repetitions)) return false;
+    if (!waiting_since) waiting_since = Clock::now();
+    const double waited = std::chrono::duration<double, std::milli>(Clock::now() - *waiting_since).count();
+    return slowest(*ways.front().comm, waited) < static_cast<double>(o.placement_wait.count());
+  };
+  const auto runs = race(entrants, o.sizes, o.repetitions, o.per_measurement, o.progress, placement_seen, more);
   std::vector<ProfileSection> sections = sections_from(blank, o.sizes, runs, rounds);
 
   if (ways.front().comm->rank() == 0 && o.progress)

@@ -22,7 +22,10 @@
 // agreed_placement(), rank 0's verdict of its own pair of CPUs; unknown
 // where there is no staged candidate or no probe told. Where some rounds
 // were near and some far, there are two sections, one of each
-// (sections_from).
+// (sections_from). With `placement_wait`, more rounds follow the first
+// ones while a placement lacks rounds (placements_short), so that on a
+// host that moves the CPUs between caches the profile can hold a table of
+// each placement (docs/tuning.md#tuner).
 //
 // All candidates use one buffer per rank: with `symmetric`, symmetric
 // memory of the symmetric candidate's communicator (the others see it as
@@ -51,6 +54,10 @@ struct CalibrateOptions {
   int repetitions = 5;
   std::chrono::microseconds per_measurement{10'000};
   bool symmetric = false;
+  // After the `repetitions` rounds, more rounds follow while
+  // placements_short() and until this long has passed since the first
+  // ones ended (the slowest rank's clock); zero: none follow.
+  std::chrono::milliseconds placement_wait{0};
   // Called on rank 0 with a line as each round is done, then one per size
   // with its times; may be empty.
   std::function<void(const std::string&)> progress;
@@ -69,6 +76,13 @@ std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOp
 std::vector<ProfileSection> sections_from(const ProfileSection& blank, const std::vector<std::uint64_t>& sizes,
                                          const std::vector<std::vector<std::vector<double>>>& runs,
                                          const std::vector<Placement>& rounds);
+
+// Whether more rounds could complete a calibration's pair of placements:
+// some of `rounds` (the placement agreed after each) found the CPUs near
+// or far, and near or far has fewer than `repetitions` rounds. Rounds that
+// no probe told count for neither; where none told, there is nothing to
+// wait for.
+bool placements_short(const std::vector<Placement>& rounds, int repetitions);
 
 // The parts calibrate() is made of, for tools that race other communicators
 // the same way (kizuna-perf --versus: auto against every forced candidate).
@@ -123,10 +137,14 @@ struct Entrant {
 // entrant does not run that size. Collective over every entrant's ranks.
 // `after_round`, when given, is called on every rank after each round; what
 // it returns, when not empty, is added to that round's progress line.
+// After `repetitions` rounds, another follows while `more`, when given and
+// called on every rank after each, returns true; it must return the same
+// on every rank (it may be collective).
 std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& entrants,
                                                    const std::vector<std::uint64_t>& sizes, int repetitions,
                                                    std::chrono::microseconds per_measurement,
                                                    const std::function<void(const std::string&)>& progress,
-                                                   const std::function<std::string()>& after_round = {});
+                                                   const std::function<std::string()>& after_round = {},
+                                                   const std::function<bool()>& more = {});
 
 }  // namespace kizuna::comm

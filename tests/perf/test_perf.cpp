@@ -377,6 +377,8 @@ TEST_CASE("kizuna-perf --help and usage errors", "[perf]") {
       {"--versus", "a.txt", "--algo", "ring"},
       {"--versus", "a.txt", "--collective", "broadcast"},
       {"--rounds", "0"},
+      {"--placement-wait", "0"},
+      {"--placement-wait", "60s", "--versus", "a.txt"},
   };
   for (const auto& args : bad) {
     std::string joined;

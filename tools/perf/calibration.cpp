@@ -52,11 +52,17 @@ int run_calibration(const CommOptions& base, const CalibrationArgs& args) {
   if (options.sizes.empty()) throw Error(ErrorCode::InvalidArgument, "--calibrate: no size of 4 bytes or more");
   options.symmetric = args.symmetric;
   options.repetitions = args.rounds;
+  options.placement_wait = args.placement_wait;
   const bool printing = base.rank == 0;
   if (printing) {
+    char more[96] = "";
+    if (args.placement_wait.count() > 0)
+      std::snprintf(more, sizeof more, ", then more for up to %g s while the CPUs were near or far in fewer",
+                    static_cast<double>(args.placement_wait.count()) / 1000);
     std::printf("# kizuna-perf --calibrate %s: all-reduce, float32, sum, in place, %zu sizes, %s buffers, "
-                "medians of %d rounds\n",
-                args.path.c_str(), options.sizes.size(), args.symmetric ? "symmetric" : "private", args.rounds);
+                "medians of %d rounds%s\n",
+                args.path.c_str(), options.sizes.size(), args.symmetric ? "symmetric" : "private", args.rounds,
+                more);
     std::fflush(stdout);
   }
   options.progress = [](const std::string& line) {

@@ -12,6 +12,7 @@
 
 #include <kizuna/comm_options.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct CalibrationArgs {
   std::vector<std::size_t> sizes;  // of the sweep (-b, -e, -f)
   bool symmetric = false;          // -R 2
   int rounds = 5;
+  std::chrono::milliseconds placement_wait{0};  // --placement-wait
 };
 
 // Collective; returns the exit status (0, or 1 when rank 0 could not

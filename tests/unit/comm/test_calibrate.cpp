@@ -7,6 +7,8 @@
 #include <kizuna/hash_store.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -59,21 +61,24 @@ std::vector<comm::ProfileSection> calibrate_two(const comm::CalibrateOptions& o)
   return sections[0];
 }
 
-// While it lives, every placement probe finds the CPUs near (or far): the
-// judge gives each rank's verdict, whatever the cores, paired or not.
+// While it lives, every placement probe finds the CPUs near (or far, as
+// last set by now()): the judge gives each rank's verdict, whatever the
+// cores, paired or not.
 class JudgedProbes {
  public:
   explicit JudgedProbes(bool near) {
-    near_ = near;
+    now(near);
     comm::SymmetricMemory::judge_probes_for_tests(
-        [](int, std::uint64_t) { return near_ ? comm::Placement::Near : comm::Placement::Far; });
+        [](int, std::uint64_t) { return near_.load() ? comm::Placement::Near : comm::Placement::Far; });
   }
   ~JudgedProbes() { comm::SymmetricMemory::judge_probes_for_tests(nullptr); }
   JudgedProbes(const JudgedProbes&) = delete;
   JudgedProbes& operator=(const JudgedProbes&) = delete;
+  // The host moves the CPUs: the probes from here on find them so.
+  void now(bool near) { near_.store(near); }
 
  private:
-  static inline bool near_ = false;
+  static inline std::atomic<bool> near_{false};
 };
 
 // Two ranks' communicators, as Impl (for their tuning and history).
@@ -182,6 +187,59 @@ TEST_CASE("calibrate: the section says where the probes found the CPUs, round by
     CHECK(s.placement == (near ? comm::MeasuredPlacement::Near : comm::MeasuredPlacement::Far));
   CHECK_THAT(comm::Profile({{sections[0]}, ""}).text(),
              Contains(std::string("buffers=private placement=") + (near ? "near" : "far") + "\n"));
+}
+
+TEST_CASE("calibrate: more rounds are due while near or far lacks rounds, and only then", "[comm][calibrate]") {
+  using P = comm::Placement;
+  CHECK(comm::placements_short({P::Near, P::Near}, 2));                  // far never seen
+  CHECK(comm::placements_short({P::Far, P::Near, P::Far}, 2));           // near once
+  CHECK(comm::placements_short({P::Unknown, P::Far, P::Unknown}, 1));    // near never seen
+  CHECK_FALSE(comm::placements_short({P::Near, P::Far, P::Far, P::Near}, 2));
+  CHECK_FALSE(comm::placements_short({P::Near, P::Unknown, P::Far}, 1));
+  CHECK_FALSE(comm::placements_short({P::Unknown, P::Unknown}, 2));  // no probe tells: nothing to wait for
+  CHECK_FALSE(comm::placements_short({}, 2));
+}
+
+TEST_CASE("calibrate: with a placement wait, rounds go on until near and far each have theirs",
+          "[comm][calibrate]") {
+  JudgedProbes judged(true);
+  std::vector<std::string> lines;
+  comm::CalibrateOptions o = two_sizes_two_rounds(lines);
+  o.placement_wait = std::chrono::seconds(60);
+  // The host moves the CPUs apart once the first two rounds are done.
+  o.progress = [&](const std::string& line) {
+    lines.push_back(line);
+    if (line.starts_with("round 2 of 2 done")) judged.now(false);
+  };
+  const std::vector<comm::ProfileSection> sections = calibrate_two(o);
+  REQUIRE(sections.size() == 2);
+  CHECK(sections[0].placement == comm::MeasuredPlacement::Near);
+  CHECK(sections[1].placement == comm::MeasuredPlacement::Far);
+  const auto rounds_seen = [&](const std::string& cpus) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.starts_with("round ") && l.ends_with("done (CPUs " + cpus + ")");
+    });
+  };
+  CHECK(rounds_seen("near") >= 2);
+  CHECK(rounds_seen("far") == 2);  // the calibration stops at the round that completes the pair
+  CHECK_THAT(lines.at(2), Contains("round 3 done"));
+}
+
+TEST_CASE("calibrate: a placement wait ends when its time is up, though the CPUs never moved",
+          "[comm][calibrate]") {
+  JudgedProbes judged(true);
+  std::vector<std::string> lines;
+  comm::CalibrateOptions o = two_sizes_two_rounds(lines);
+  o.placement_wait = std::chrono::milliseconds(300);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<comm::ProfileSection> sections = calibrate_two(o);
+  CHECK(std::chrono::steady_clock::now() - start >= o.placement_wait);
+  REQUIRE(sections.size() == 1);
+  CHECK(sections[0].placement == comm::MeasuredPlacement::Near);
+  const auto rounds = std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.starts_with("round ");
+  });
+  CHECK(rounds > 2);
 }
 
 TEST_CASE("calibrate: symmetric buffers add the symmetric route", "[comm][calibrate]") {
