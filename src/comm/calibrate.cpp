@@ -182,10 +182,14 @@ std::vector<std::vector<std::vector<double>>> race(const std::vector<Entrant>& e
           const int in_slice = calls_in_slice(calls[i][w], slice);
           if (in_slice == 0) continue;
           const Entrant& e = entrants[w];
-          // A warm-up call where a slice holds several, so that the timed
-          // ones find the buffer and the entrant's own memory where a call
-          // of this size leaves them, not where the previous entrant did.
-          if (in_slice > 1) sum(*e.comm, e.buffer, count);
+          // A warm-up call first, so that the timed ones find the buffer
+          // and the entrant's own memory where its own call of this size
+          // leaves them, as in a loop of calls, not where the previous
+          // entrant did: also where the slice holds one call (sizes of a
+          // millisecond or more), for there the previous entrant decided
+          // by 10-30% whether the timed call found its buffer in the
+          // caches (docs/tuning.md#tuner).
+          sum(*e.comm, e.buffer, count);
           spent[w] += time_calls(*e.comm, e.buffer, count, in_slice);
         }
       }
