@@ -119,6 +119,29 @@ std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric
   return out;
 }
 
+std::vector<std::shared_ptr<void>> buffers_of(std::vector<Forced>& ways, std::uint64_t bytes) {
+  std::vector<std::shared_ptr<void>> out;
+  const auto symmetric = std::find_if(ways.begin(), ways.end(),
+                                      [](const Forced& w) { return w.candidate == Candidate::Symmetric; });
+  if (symmetric != ways.end()) {
+    const std::shared_ptr<Communicator> owner = symmetric->comm;
+    for (const Forced& w : ways) {
+      const bool mailbox = w.candidate == Candidate::Mailbox;
+      out.push_back(owner->allocate_symmetric(mailbox ? std::min<std::uint64_t>(bytes, Mailbox::capacity()) : bytes));
+      if (!out.back()) break;  // none to be had here after all
+    }
+    if (out.size() == ways.size() && out.back()) return out;  // zeros, as a new shared file's pages are
+    out.clear();
+    std::erase_if(ways, [](const Forced& w) { return w.candidate == Candidate::Symmetric; });
+  }
+  void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  KIZUNA_CHECK(p != nullptr, "calibrate: cannot allocate ", bytes, " bytes");
+  std::memset(p, 0, bytes);  // zeros: sums stay zero, never denormal
+  const std::shared_ptr<void> shared(p, std::free);
+  out.assign(ways.size(), shared);
+  return out;
+}
+
 Placement agreed_placement(const std::vector<Forced>& ways) {
   for (const Forced& w : ways)
     if (w.candidate == Candidate::Staged && w.impl->symmetric) return w.impl->symmetric->agreed_placement();
@@ -249,25 +272,12 @@ std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOp
   blank.key = ways.front().impl->profile_key;
   blank.key.symmetric = o.symmetric;
 
-  // One buffer for every candidate: symmetric memory of the symmetric
-  // route's communicator, or private memory.
-  const std::uint64_t largest = o.sizes.back();
-  std::shared_ptr<void> memory;
-  for (Forced& w : ways)
-    if (w.candidate == Candidate::Symmetric) memory = w.comm->allocate_symmetric(largest);
-  if (!memory)  // none to be had here: no symmetric candidate either
-    std::erase_if(ways, [](const Forced& w) { return w.candidate == Candidate::Symmetric; });
+  const std::vector<std::shared_ptr<void>> buffers = buffers_of(ways, o.sizes.back());
   for (const Forced& w : ways) blank.candidates.push_back(w.candidate);
-  if (!memory) {
-    void* p = std::aligned_alloc(4096, (largest + 4095) / 4096 * 4096);
-    KIZUNA_CHECK(p != nullptr, "calibrate: cannot allocate ", largest, " bytes");
-    std::memset(p, 0, largest);  // zeros: sums stay zero, never denormal
-    memory.reset(p, std::free);
-  }
-  auto* buffer = static_cast<float*>(memory.get());
   std::vector<Entrant> entrants;
-  for (const Forced& w : ways)
-    entrants.push_back({w.comm.get(), buffer, w.candidate == Candidate::Mailbox ? Mailbox::capacity() : UINT64_MAX});
+  for (std::size_t w = 0; w < ways.size(); ++w)
+    entrants.push_back({ways[w].comm.get(), static_cast<float*>(buffers[w].get()),
+                        ways[w].candidate == Candidate::Mailbox ? Mailbox::capacity() : UINT64_MAX});
   // Where the CPUs were, round by round.
   std::vector<Placement> rounds;
   auto placement_seen = [&]() -> std::string {

@@ -27,9 +27,7 @@
 // host that moves the CPUs between caches the profile can hold a table of
 // each placement (docs/tuning.md#tuner).
 //
-// All candidates use one buffer per rank: with `symmetric`, symmetric
-// memory of the symmetric candidate's communicator (the others see it as
-// ordinary memory of the same kind), else private memory. The profile of
+// The candidates' buffers are buffers_of()'s. The profile of
 // this communicator's creation is not loaded: each candidate is forced.
 // Every rank returns the same sections (the times are reduced across ranks).
 #pragma once
@@ -96,6 +94,18 @@ struct Forced {
   std::shared_ptr<Communicator> comm;
 };
 std::vector<Forced> forced_communicators(const CommOptions& base, bool symmetric, const std::string& tag);
+
+// Each of `ways`' buffer, of `bytes` (the mailboxes' up to their
+// capacity), zeroed. With a symmetric candidate among them, one each:
+// symmetric memory of its communicator (the others see it as ordinary
+// memory of the same kind). Not one for all, for a buffer the others
+// share is still in the caches from the turn before, where a buffer of
+// one's own (as auto has on symmetric memory) is not: with 4 and 8 ranks
+// at 2-4 MiB, the symmetric route read 15% faster on the shared one
+// (docs/tuning.md#tuner). Where symmetric memory cannot be had, the
+// symmetric candidate leaves `ways`. Otherwise one private buffer, the
+// same for every candidate.
+std::vector<std::shared_ptr<void>> buffers_of(std::vector<Forced>& ways, std::uint64_t bytes);
 
 // Where the ranks' CPUs are, as the staged candidate among `ways` last
 // agreed: its calls hold the placement probes (comm/symmetric.hpp), and

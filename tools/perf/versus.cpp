@@ -28,14 +28,6 @@ struct Contender {
   std::uint64_t upto = UINT64_MAX;
 };
 
-std::shared_ptr<void> private_memory(std::uint64_t bytes) {
-  const std::uint64_t rounded = (bytes + 4095) / 4096 * 4096;
-  void* p = std::aligned_alloc(4096, rounded);
-  if (!p) throw Error(ErrorCode::SystemError, "--versus: cannot allocate " + std::to_string(rounded) + " bytes");
-  std::memset(p, 0, rounded);  // every page in; zeros: sums stay zero, never denormal
-  return {p, std::free};
-}
-
 // The wrong elements of one in-place sum of `count` closed-form inputs on
 // `c`; leaves the buffer zeroed for the race.
 std::uint64_t check(Contender& c, const ClosedForm& data, std::size_t count) {
@@ -106,13 +98,8 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
   // The forced candidates first: their communicators tell what applies here.
   std::vector<comm::Forced> forced = comm::forced_communicators(base, a.symmetric, "versus");
   const std::uint64_t largest = a.sizes.back();
-  std::shared_ptr<void> shared;  // the forced candidates' buffer, as calibrate() has it
-  for (comm::Forced& f : forced)
-    if (f.candidate == comm::Candidate::Symmetric) shared = f.comm->allocate_symmetric(largest);
-  if (!shared) {
-    std::erase_if(forced, [](const comm::Forced& f) { return f.candidate == comm::Candidate::Symmetric; });
-    shared = private_memory(largest);
-  }
+  // The forced candidates' buffers, as calibrate() has them.
+  const std::vector<std::shared_ptr<void>> buffers = comm::buffers_of(forced, largest);
   const bool symmetric = a.symmetric && forced.back().candidate == comm::Candidate::Symmetric;
 
   std::vector<Contender> contenders;
@@ -128,13 +115,14 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
     // communicator is ordinary memory to it. Private buffers: the forced
     // candidates' one, so that no contender's figures differ by where its
     // pages happen to lie.
-    c.memory = symmetric ? c.comm->allocate_symmetric(largest) : shared;
+    c.memory = symmetric ? c.comm->allocate_symmetric(largest) : buffers.front();
     c.buffer = static_cast<float*>(c.memory.get());
     contenders.push_back(std::move(c));
   }
-  for (const comm::Forced& f : forced)
-    contenders.push_back({std::string(comm::name(f.candidate)), f.comm, nullptr, nullptr, static_cast<float*>(shared.get()),
-                          f.candidate == comm::Candidate::Mailbox ? comm::Mailbox::capacity() : UINT64_MAX});
+  for (std::size_t w = 0; w < forced.size(); ++w)
+    contenders.push_back({std::string(comm::name(forced[w].candidate)), forced[w].comm, nullptr, nullptr,
+                          static_cast<float*>(buffers[w].get()),
+                          forced[w].candidate == comm::Candidate::Mailbox ? comm::Mailbox::capacity() : UINT64_MAX});
   Communicator& first = *contenders.front().comm;
   const bool printing = first.rank() == 0;
   if (printing) {

@@ -19,6 +19,7 @@
 
 #include "comm/calibrate.hpp"
 #include "comm/comm_impl.hpp"
+#include "comm/mailbox.hpp"
 #include "error_of.hpp"
 #include "run_ranks.hpp"
 
@@ -282,6 +283,46 @@ TEST_CASE("race: every entrant timed at its sizes in every round, on every rank 
     CHECK(mine[1][2].size() == 3);
   }
   CHECK(runs[0] == runs[1]);  // the slowest rank's times, on both
+}
+
+TEST_CASE("calibrate: on symmetric memory each candidate has a buffer of its own, on private one for all",
+          "[comm][calibrate]") {
+  const CommOptions base = on_shm();
+  // Per rank, per buffer kind: the candidates, their buffers' addresses.
+  std::vector<std::vector<std::vector<comm::Candidate>>> candidates(2, std::vector<std::vector<comm::Candidate>>(2));
+  std::vector<std::vector<std::vector<const void*>>> where(2, std::vector<std::vector<const void*>>(2));
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    for (const bool symmetric : {false, true}) {
+      std::vector<comm::Forced> ways = comm::forced_communicators(mine, symmetric, symmetric ? "sym" : "private");
+      const std::vector<std::shared_ptr<void>> buffers = comm::buffers_of(ways, 1 << 20);
+      for (std::size_t w = 0; w < ways.size(); ++w) {
+        candidates[r][symmetric].push_back(ways[w].candidate);
+        where[r][symmetric].push_back(w < buffers.size() ? buffers[w].get() : nullptr);
+        // Every byte of it can be written, and it starts zeroed.
+        const std::size_t bytes = ways[w].candidate == comm::Candidate::Mailbox ? comm::Mailbox::capacity() : 1 << 20;
+        auto* bytes_of = static_cast<unsigned char*>(buffers[w].get());
+        if (bytes_of[0] != 0 || bytes_of[bytes - 1] != 0) throw std::runtime_error("a buffer not zeroed");
+        bytes_of[bytes - 1] = 1;
+        bytes_of[bytes - 1] = 0;
+      }
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& shared = where[r][0];
+    REQUIRE(shared.size() == candidates[r][0].size());
+    CHECK(std::count(shared.begin(), shared.end(), shared.front()) == static_cast<long>(shared.size()));
+    CHECK(shared.front() != nullptr);
+    const auto& own = where[r][1];
+    REQUIRE(candidates[r][1].back() == comm::Candidate::Symmetric);
+    REQUIRE(own.size() == candidates[r][1].size());
+    for (std::size_t w = 0; w < own.size(); ++w) {
+      CHECK(own[w] != nullptr);
+      CHECK(std::count(own.begin(), own.end(), own[w]) == 1);
+    }
+  }
 }
 
 TEST_CASE("race: a measurement's calls spread over its slices, evenly and all of them", "[comm][calibrate]") {
