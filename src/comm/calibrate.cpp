@@ -58,23 +58,6 @@ double time_calls(Communicator& comm, float* buffer, std::size_t count, int call
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
-// How many calls fill `per_measurement`, the same on every rank. One call
-// timed alone is mostly the ranks' skew as they leave the barrier (several
-// microseconds where a small call takes a fraction of one), so the batch
-// grows tenfold until it lasts a tenth of the measurement and holds 100
-// calls or more (one rank descheduled during a batch of 10 would pass the
-// first test alone), or lasts half of it; its mean per call sets the count.
-int calls_to_fill(Communicator& comm, float* buffer, std::size_t count, std::chrono::microseconds per_measurement) {
-  constexpr int kMostCalls = 1'000'000;
-  const double budget = static_cast<double>(per_measurement.count());
-  for (int batch = 1;; batch *= 10) {
-    const double each = slowest(comm, time_calls(comm, buffer, count, batch) / batch);  // alike on every rank
-    const double lasted = each * batch;
-    if ((lasted >= budget / 10 && batch >= 100) || lasted >= budget / 2 || batch >= kMostCalls / 10)
-      return static_cast<int>(std::clamp(std::ceil(budget / std::max(each, 0.001)), 1.0, double{kMostCalls}));
-  }
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -103,6 +86,29 @@ void check_sizes(const std::vector<std::uint64_t>& sizes, const char* who) {
 }
 
 }  // namespace
+
+// How many calls fill `per_measurement`, the same on every rank. One call
+// timed alone is mostly the ranks' skew as they leave the barrier (several
+// microseconds where a small call takes a fraction of one), so the batch
+// grows tenfold until it lasts a tenth of the measurement and holds 100
+// calls or more (one rank descheduled during a batch of 10 would pass the
+// first test alone), or lasts half of it; its mean per call sets the count.
+// Never fewer than 3 calls, though a large call alone outlasts the
+// measurement: one call's time spreads between rounds by enough to set the
+// medians of one route's rounds 10% apart or more, the mean of 3 calls,
+// each in a slice of its own, far less (docs/tuning.md#tuner).
+int calls_to_fill(Communicator& comm, float* buffer, std::size_t count, std::chrono::microseconds per_measurement) {
+  constexpr int kFewestCalls = 3;
+  constexpr int kMostCalls = 1'000'000;
+  const double budget = static_cast<double>(per_measurement.count());
+  for (int batch = 1;; batch *= 10) {
+    const double each = slowest(comm, time_calls(comm, buffer, count, batch) / batch);  // alike on every rank
+    const double lasted = each * batch;
+    if ((lasted >= budget / 10 && batch >= 100) || lasted >= budget / 2 || batch >= kMostCalls / 10)
+      return static_cast<int>(
+          std::clamp(std::ceil(budget / std::max(each, 0.001)), double{kFewestCalls}, double{kMostCalls}));
+  }
+}
 
 int calls_in_slice(int calls, int slice) {
   const auto upto = [&](int s) { return static_cast<int>(static_cast<long long>(calls) * s / kRaceSlices); };

@@ -120,6 +120,12 @@ Placement agreed_placement(const std::vector<Forced>& ways);
 // call's would be decided now (the placement the ranks last agreed on).
 Candidate taken(const Communicator::Impl& impl, std::uint64_t bytes, bool symmetric);
 
+// How many calls of an in-place float32 sum of `count` elements on `comm`
+// over `buffer` fill about `per_measurement`, found by timing batches of
+// calls: the same on every rank (the slowest rank's time decides), and 3
+// or more, however long a call. Collective.
+int calls_to_fill(Communicator& comm, float* buffer, std::size_t count, std::chrono::microseconds per_measurement);
+
 // The slices race() cuts each measurement into: each lasts a tenth of it,
 // a few milliseconds, far shorter than the host's changes of pace.
 inline constexpr int kRaceSlices = 10;

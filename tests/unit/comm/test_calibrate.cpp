@@ -285,6 +285,26 @@ TEST_CASE("race: every entrant timed at its sizes in every round, on every rank 
   CHECK(runs[0] == runs[1]);  // the slowest rank's times, on both
 }
 
+TEST_CASE("race: a measurement holds 3 calls or more, alike on every rank, however long a call", "[comm][calibrate]") {
+  const CommOptions base = on_shm();
+  std::vector<int> shortest(2), longer(2);
+  run_ranks(2, [&](int r) {
+    CommOptions mine = base;
+    mine.rank = r;
+    mine.world_size = 2;
+    const std::vector<comm::Forced> forced = comm::forced_communicators(mine, false, "fill");
+    std::vector<float> buffer(1 << 16, 0.0f);
+    Communicator& ring = *forced[1].comm;  // a schedule through the links
+    // Every call outlasts a measurement of 1 us.
+    shortest[r] = comm::calls_to_fill(ring, buffer.data(), buffer.size(), std::chrono::microseconds(1));
+    longer[r] = comm::calls_to_fill(ring, buffer.data(), 1, std::chrono::microseconds(20'000));
+  });
+  CHECK(shortest[0] == 3);
+  CHECK(shortest[1] == 3);
+  CHECK(longer[0] == longer[1]);
+  CHECK(longer[0] > 3);  // 20 ms of 4-byte sums: far more than the floor
+}
+
 TEST_CASE("calibrate: on symmetric memory each candidate has a buffer of its own, on private one for all",
           "[comm][calibrate]") {
   const CommOptions base = on_shm();
