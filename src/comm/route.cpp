@@ -78,7 +78,9 @@ Route choose_route(const CallShape& call, Buffers buffers, Placement placement, 
   // docs/tuning.md#staged-from; a device call's parts are staged already.
   if (buffers != Buffers::Staging && paths.staging && call.bytes >= tuning.staged_from) {
     // docs/tuning.md#staged-while-near
-    if (call.bytes < tuning.staged_near_from && placement == Placement::Near) return Route::Schedule;
+    const bool slots_near = call.bytes < tuning.staged_near_from ||
+                            (tuning.staged_near_upto > 0 && call.bytes >= tuning.staged_near_upto);
+    if (slots_near && placement == Placement::Near) return Route::Schedule;
     return Route::Staged;
   }
   // docs/tuning.md#mailbox-limit

@@ -200,7 +200,10 @@ Tuning make_tuning(const Settings& s, const Facts& f, const Profile* profile) {
     t.staged_from = s.staged_from.value_or(64 << 10);
     // Only for the case measured: 2 ranks, each on a core of its own (the
     // one pair the probe bounces is then every pair).
-    if (!s.staged_from && !t.oversubscribed && f.world == 2) t.staged_near_from = 256 << 10;
+    if (!s.staged_from && !t.oversubscribed && f.world == 2) {
+      t.staged_near_from = 256 << 10;
+      t.staged_near_upto = 6 << 20;
+    }
     t.staging_bytes = s.staging_bytes.value_or(512 << 10);
   }
 
@@ -254,6 +257,7 @@ std::string Tuning::describe() const {
     if (private_bands.empty()) {
       out << "  staged       from " << bytes_text(staged_from);
       if (staged_near_from > 0) out << ", through the slots below " << bytes_text(staged_near_from) << " while near";
+      if (staged_near_upto > 0) out << " and from " << bytes_text(staged_near_upto);
     } else {
       out << "  staged       as the profile says";
     }

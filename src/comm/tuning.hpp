@@ -104,6 +104,7 @@ struct Tuning {
   std::size_t symmetric_from = 0;
   std::size_t staged_from = 0;
   std::size_t staged_near_from = 0;   // 0: the staged route is taken however near the CPUs are
+  std::size_t staged_near_upto = 0;   // 0: however large the call, near too
   std::size_t staging_bytes = 0;      // #staging-bytes
 
   // Stores that peers read (#streaming-stores, #probe-cadence).

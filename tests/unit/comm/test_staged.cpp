@@ -277,7 +277,7 @@ TEST_CASE("under staged_from auto, an all-reduce below 256 KiB takes the slots w
   } restore;
   CAPTURE(near);
   CommOptions options = staged_options(std::chrono::milliseconds(20'000));
-  options.staged_from.reset();  // auto: 64 KiB, or 256 KiB while near
+  options.staged_from.reset();  // auto: 64 KiB, or 256 KiB up to 6 MiB while near
   const auto comms = make_comms(2, options);
   std::vector<Error> errors(2, Error(ErrorCode::Internal, "no error"));
   std::vector<int> wrong(2, 0);  // results other than 1 + 2, by rank

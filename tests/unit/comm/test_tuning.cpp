@@ -48,6 +48,7 @@ TEST_CASE("tuning: 2 ranks, each with a core, sharing memory", "[comm][tuning]")
   CHECK(t.symmetric_from == 512 << 10);
   CHECK(t.staged_from == 64 << 10);
   CHECK(t.staged_near_from == 256 << 10);
+  CHECK(t.staged_near_upto == 6 << 20);
   CHECK(t.staging_bytes == 512 << 10);
   CHECK(t.spin == 200us);
   CHECK(t.yield == 50us);
@@ -64,6 +65,7 @@ TEST_CASE("tuning: 4 ranks on 2 cores sharing memory", "[comm][tuning]") {
   CHECK(t.link.alpha_us == 15.0);
   CHECK(t.symmetric_from == 64 << 10);
   CHECK(t.staged_near_from == 0);  // only 2 ranks, each with a core
+  CHECK(t.staged_near_upto == 0);
   CHECK(t.spin == 0us);
   CHECK(t.yield == 1000us);
   CHECK_FALSE(t.light_rings);  // a rank that never spins cannot afford the heavy fence
@@ -111,6 +113,7 @@ TEST_CASE("tuning: settings override the defaults, and a set staged threshold tu
   CHECK(t.symmetric_from == 1 << 20);
   CHECK(t.staged_from == 128 << 10);
   CHECK(t.staged_near_from == 0);
+  CHECK(t.staged_near_upto == 0);
   CHECK(t.mailbox_upto == 0);
   CHECK(t.spin == 5us);
   CHECK(t.yield == 7us);
