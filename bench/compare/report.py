@@ -335,7 +335,10 @@ COLOURS = {"auto": "#7b1fa2", "symmetric": "#d81b60", "ring": "#2e7d32", "tree":
            "gloo-bcube": "#c0ca33"}
 
 
-FAR_NS = 280  # cache-distance's round trip above which two CPUs' caches are far apart
+# cache-distance's round trip above which two CPUs' caches are far apart: the
+# placement probe's line (src/comm/placement_probe.cpp, kFar), so that the
+# report and the library call the same CPUs near.
+FAR_NS = 450
 
 
 def load_distances(results):
