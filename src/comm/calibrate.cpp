@@ -270,20 +270,59 @@ std::vector<ProfileSection> sections_from(const ProfileSection& blank, const std
   return {section_of(all, [](std::size_t) { return true; })};
 }
 
+std::vector<ProfileSection> faster_of(std::vector<ProfileSection> a, const std::vector<ProfileSection>& b) {
+  KIZUNA_CHECK(a.size() == b.size(), "faster_of: ", a.size(), " sections against ", b.size());
+  for (std::size_t s = 0; s < a.size(); ++s) {
+    KIZUNA_CHECK(a[s].rows.size() == b[s].rows.size() && a[s].placement == b[s].placement,
+                 "faster_of: sections of other sizes or placements");
+    for (std::size_t i = 0; i < a[s].rows.size(); ++i) {
+      std::vector<double>& mine = a[s].rows[i].us;
+      const std::vector<double>& theirs = b[s].rows[i].us;
+      KIZUNA_CHECK(mine.size() == theirs.size() && a[s].rows[i].bytes == b[s].rows[i].bytes,
+                   "faster_of: rows of other sizes or candidates");
+      for (std::size_t c = 0; c < mine.size(); ++c)
+        if (!std::isnan(theirs[c]) && (std::isnan(mine[c]) || theirs[c] < mine[c])) mine[c] = theirs[c];
+    }
+  }
+  return a;
+}
+
 std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOptions& o) {
   check_sizes(o.sizes, "calibrate");
   KIZUNA_CHECK_ARG(o.repetitions >= 1, "calibrate: repetitions is ", o.repetitions, "; at least 1");
   std::vector<Forced> ways = forced_communicators(base, o.symmetric, "calibrate");
+  // The twins: the same candidates again, each on a communicator and a
+  // buffer of its own, for the sizes up to twins_upto. A call of a few
+  // microseconds is a few cache lines passed between the CPUs, and where
+  // one communicator's lines happen to pass slowly, they do so in every
+  // round: a median of rounds cannot see it, a second communicator can
+  // (docs/tuning.md#tuner).
+  const auto twin_sizes = static_cast<std::size_t>(
+      std::upper_bound(o.sizes.begin(), o.sizes.end(), o.twins_upto) - o.sizes.begin());
+  std::vector<Forced> twins;
+  if (twin_sizes > 0) twins = forced_communicators(base, o.symmetric, "calibrate/twin");
   ProfileSection blank;
   blank.key = ways.front().impl->profile_key;
   blank.key.symmetric = o.symmetric;
 
   const std::vector<std::shared_ptr<void>> buffers = buffers_of(ways, o.sizes.back());
+  const std::vector<std::shared_ptr<void>> twin_buffers =
+      twins.empty() ? std::vector<std::shared_ptr<void>>{} : buffers_of(twins, o.sizes[twin_sizes - 1]);
   for (const Forced& w : ways) blank.candidates.push_back(w.candidate);
   std::vector<Entrant> entrants;
   for (std::size_t w = 0; w < ways.size(); ++w)
     entrants.push_back({ways[w].comm.get(), static_cast<float*>(buffers[w].get()),
                         ways[w].candidate == Candidate::Mailbox ? Mailbox::capacity() : UINT64_MAX});
+  // twin_of[w]: the entrant of ways[w]'s twin; none where buffers_of left
+  // a twin out (no symmetric memory for it).
+  std::vector<std::optional<std::size_t>> twin_of(ways.size());
+  for (std::size_t t = 0; t < twins.size(); ++t)
+    for (std::size_t w = 0; w < ways.size(); ++w)
+      if (ways[w].candidate == twins[t].candidate) {
+        twin_of[w] = entrants.size();
+        entrants.push_back({twins[t].comm.get(), static_cast<float*>(twin_buffers[t].get()),
+                            std::min(entrants[w].upto, o.sizes[twin_sizes - 1])});
+      }
   // Where the CPUs were, round by round.
   std::vector<Placement> rounds;
   auto placement_seen = [&]() -> std::string {
@@ -301,24 +340,36 @@ std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOp
     return slowest(*ways.front().comm, waited) < static_cast<double>(o.placement_wait.count());
   };
   const auto runs = race(entrants, o.sizes, o.repetitions, o.per_measurement, o.progress, placement_seen, more);
-  std::vector<ProfileSection> sections = sections_from(blank, o.sizes, runs, rounds);
+  // [size][candidate] -> rounds, of the first communicators and of the twins.
+  std::vector<std::vector<std::vector<double>>> firsts(o.sizes.size()), seconds(o.sizes.size());
+  for (std::size_t i = 0; i < o.sizes.size(); ++i)
+    for (std::size_t w = 0; w < ways.size(); ++w) {
+      firsts[i].push_back(runs[i][w]);
+      seconds[i].push_back(twin_of[w] ? runs[i][*twin_of[w]] : std::vector<double>{});
+    }
+  const std::vector<ProfileSection> first = sections_from(blank, o.sizes, firsts, rounds);
+  const std::vector<ProfileSection> twin = sections_from(blank, o.sizes, seconds, rounds);
 
+  // Each candidate's time, and its twin's after a slash where it has one.
   if (ways.front().comm->rank() == 0 && o.progress)
-    for (const ProfileSection& section : sections)
-      for (const ProfileSection::Row& row : section.rows) {
+    for (std::size_t s = 0; s < first.size(); ++s)
+      for (std::size_t i = 0; i < first[s].rows.size(); ++i) {
+        const ProfileSection::Row& row = first[s].rows[i];
         std::string line = std::to_string(row.bytes) + " B";
-        if (section.placement != MeasuredPlacement::Unknown)
-          line += std::string(", CPUs ") + std::string(name(section.placement));
+        if (first[s].placement != MeasuredPlacement::Unknown)
+          line += std::string(", CPUs ") + std::string(name(first[s].placement));
         line += ":";
         for (std::size_t w = 0; w < ways.size(); ++w) {
           if (std::isnan(row.us[w])) continue;
-          char text[64];
+          char text[96];
           std::snprintf(text, sizeof text, " %s %.4g", std::string(name(ways[w].candidate)).c_str(), row.us[w]);
           line += text;
+          const double second = twin[s].rows[i].us[w];
+          if (!std::isnan(second)) std::snprintf(text, sizeof text, "/%.4g", second), line += text;
         }
         o.progress(line + " us");
       }
-  return sections;
+  return faster_of(first, twin);
 }
 
 }  // namespace kizuna::comm

@@ -4,7 +4,8 @@
 // calibrate() is collective over the ranks that `base` describes. It
 // creates one communicator per candidate that applies here, each forcing
 // its candidate (an algorithm through the links; the mailboxes, the staged
-// or the symmetric route by their thresholds), all alive at once. Then in
+// or the symmetric route by their thresholds), and for the sizes up to
+// `twins_upto` a second one (a twin), all alive at once. Then in
 // `repetitions` rounds, each over every size, it times each candidate's
 // loop of in-place float32 sums: as many calls as fill about
 // `per_measurement` (decided once per size and candidate from a batch of
@@ -13,9 +14,9 @@
 // slowest rank's mean per call. A size's loops are cut into ten slices and
 // the candidates take turns slice by slice, in another order each slice,
 // so that every candidate meets the same changes of the host's pace. A
-// candidate's time at a size is the median of its rounds; the rounds of a
-// size lie far apart in time, so a burst of noise lands on one of them and
-// does not decide.
+// candidate's time at a size is the median of its rounds (with a twin,
+// the faster of the two medians); the rounds of a size lie far apart in
+// time, so a burst of noise lands on one of them and does not decide.
 //
 // The section says where the ranks' CPUs were meanwhile
 // (ProfileSection::placement), as sampled after each round:
@@ -59,6 +60,12 @@ struct CalibrateOptions {
   // Called on rank 0 with a line as each round is done, then one per size
   // with its times; may be empty.
   std::function<void(const std::string&)> progress;
+  // Up to this size (bytes), every candidate is timed on two communicators
+  // of its own, each with its own memory, and the faster one's median is
+  // its time: one communicator's memory can read slow all along, and a
+  // call of a few microseconds shows it (docs/tuning.md#tuner). Zero:
+  // one communicator each.
+  std::uint64_t twins_upto = 64 * 1024;
 };
 
 // One section, or, where some rounds found the CPUs near and some far, two:
@@ -74,6 +81,11 @@ std::vector<ProfileSection> calibrate(const CommOptions& base, const CalibrateOp
 std::vector<ProfileSection> sections_from(const ProfileSection& blank, const std::vector<std::uint64_t>& sizes,
                                          const std::vector<std::vector<std::vector<double>>>& runs,
                                          const std::vector<Placement>& rounds);
+
+// Each time of `a` where `b` has none, else the smaller of the two: the
+// sections of a calibration's candidates and of their twins (the same
+// candidates, sizes and placements), as one.
+std::vector<ProfileSection> faster_of(std::vector<ProfileSection> a, const std::vector<ProfileSection>& b);
 
 // Whether more rounds could complete a calibration's pair of placements:
 // some of `rounds` (the placement agreed after each) found the CPUs near

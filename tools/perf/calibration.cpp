@@ -60,9 +60,9 @@ int run_calibration(const CommOptions& base, const CalibrationArgs& args) {
       std::snprintf(more, sizeof more, ", then more for up to %g s while the CPUs were near or far in fewer",
                     static_cast<double>(args.placement_wait.count()) / 1000);
     std::printf("# kizuna-perf --calibrate %s: all-reduce, float32, sum, in place, %zu sizes, %s buffers, "
-                "medians of %d rounds%s\n",
+                "medians of %d rounds%s; up to %llu KiB each candidate on two communicators (time/twin's)\n",
                 args.path.c_str(), options.sizes.size(), args.symmetric ? "symmetric" : "private", args.rounds,
-                more);
+                more, static_cast<unsigned long long>(options.twins_upto / 1024));
     std::fflush(stdout);
   }
   options.progress = [](const std::string& line) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -141,6 +142,59 @@ TEST_CASE("calibrate: every candidate measured on every rank alike", "[comm][cal
   }
   // Rank 0's progress: a line a round, then a line a size of each section.
   CHECK(lines.size() == 2 + 2 * sections.size());
+}
+
+TEST_CASE("calibrate: up to twins_upto a candidate is timed on a twin too, and the faster counts",
+          "[comm][calibrate]") {
+  // 8 B within twins_upto, 4 KiB beyond it: rank 0's line for 8 B gives
+  // every candidate's time and its twin's ("mailbox 0.3/0.31"), the line
+  // for 4 KiB one time each.
+  std::vector<std::string> lines;
+  comm::CalibrateOptions o = two_sizes_two_rounds(lines);
+  o.twins_upto = 1024;
+  const std::vector<comm::ProfileSection> sections = calibrate_two(o);
+  REQUIRE(lines.size() == 2 + 2 * sections.size());
+  for (std::size_t s = 0; s < sections.size(); ++s) {
+    const std::string& small = lines[2 + 2 * s];
+    const std::string& large = lines[3 + 2 * s];
+    CHECK_THAT(small, Contains("8 B"));
+    for (const char* c : {" mailbox ", " ring ", " tree ", " oneshot ", " twoshot ", " doubling ", " staged "}) {
+      const std::size_t at = small.find(c);
+      REQUIRE(at != std::string::npos);
+      const std::size_t next = small.find(' ', at + std::strlen(c));
+      CHECK(small.substr(at, next - at).find('/') != std::string::npos);  // "<name> <time>/<twin's>"
+    }
+    CHECK_THAT(large, Contains("4096 B"));
+    CHECK(large.find('/') == std::string::npos);
+  }
+  // twins_upto of 0: none.
+  lines.clear();
+  o.twins_upto = 0;
+  calibrate_two(o);
+  for (const std::string& line : lines) CHECK(line.find('/') == std::string::npos);
+}
+
+TEST_CASE("calibrate: faster_of keeps each candidate's faster time, and a time where the twin has none",
+          "[comm][calibrate]") {
+  comm::ProfileSection a;
+  a.key = comm::ProfileKey{2, 1, 2, true, false};
+  a.candidates = {comm::Candidate::Mailbox, comm::Candidate::OneShot, comm::Candidate::Ring};
+  a.placement = comm::MeasuredPlacement::Near;
+  const double none = std::nan("");
+  a.rows = {{8, {0.38, 0.28, 0.45}}, {4096, {none, 1.2, 1.9}}};
+  comm::ProfileSection b = a;
+  b.rows = {{8, {0.27, 0.29, none}}, {4096, {none, 1.1, none}}};
+  const std::vector<comm::ProfileSection> both = comm::faster_of({a}, {b});
+  REQUIRE(both.size() == 1);
+  CHECK(both[0].rows[0].us == std::vector<double>{0.27, 0.28, 0.45});
+  CHECK(std::isnan(both[0].rows[1].us[0]));  // neither measured it
+  CHECK(both[0].rows[1].us[1] == 1.1);
+  CHECK(both[0].rows[1].us[2] == 1.9);  // the twin did not measure it
+  // Sections that do not match are a bug, not a choice.
+  comm::ProfileSection far = b;
+  far.placement = comm::MeasuredPlacement::Far;
+  CHECK_THROWS(comm::faster_of({a}, {far}));
+  CHECK_THROWS(comm::faster_of({a}, {b, b}));
 }
 
 TEST_CASE("calibrate: rounds near and far make a section of each, from its own rounds", "[comm][calibrate]") {
