@@ -11,8 +11,9 @@
 // the simulator; only the Sync policy and the kernel wrapper are GPU-only
 // (fifo_kernel.cu).
 //
-// Channels. The directed channel s -> r lives in r's memory: `slots` slots
-// of `slot_bytes`, a `ready` word per slot and one `tail` word. A message of
+// Channels. The directed channel s -> r has `slots` slots of `slot_bytes`
+// and a `ready` word per slot in r's memory, and one `tail` word in s's
+// (kernels/fifo_layout.hpp): each end waits on its own memory. A message of
 // n elements travels as ceil(n / slot elements) chunks, each in the next
 // slot; the sender fills the slot, then stores its chunk number (1, 2, ...,
 // counted over the channel's whole life) in `ready` with release semantics;
@@ -49,11 +50,11 @@ namespace kizuna::kernels {
 inline constexpr int kFifoMaxRanks = 64;
 
 // The directed channel from one rank to another, as the process at hand
-// addresses it (the receiver's memory, mapped by the sender).
+// addresses it.
 struct FifoChannel {
-  unsigned char* data = nullptr;  // slots x slot_bytes
-  std::uint64_t* ready = nullptr; // [slots]
-  std::uint64_t* tail = nullptr;  // released chunks
+  unsigned char* data = nullptr;  // slots x slot_bytes, in the receiver's memory
+  std::uint64_t* ready = nullptr; // [slots], in the receiver's memory
+  std::uint64_t* tail = nullptr;  // released chunks, in the sender's memory
 };
 
 // Chunk counts of a rank's channels, kept across calls.

@@ -16,6 +16,7 @@
 #include "cuda/runtime.hpp"
 #include "cuda/copy_queue.hpp"
 #include "kernels/fifo_kernel.hpp"
+#include "kernels/fifo_layout.hpp"
 
 namespace kizuna::cuda {
 namespace {
@@ -30,18 +31,7 @@ static_assert(kMaxTables >= kernels::kFifoMaxBlocks);
 
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
-// One inbound channel: `slots` ready words and the tail, then the slots.
-std::size_t control_bytes(const IpcGeometry& g) { return align_up(std::size_t(g.slots) * 8 + 8, 256); }
-std::size_t channel_bytes(const IpcGeometry& g) { return control_bytes(g) + std::size_t(g.slots) * g.slot_bytes; }
-
-kernels::FifoChannel channel_at(unsigned char* base, const IpcGeometry& g, int index) {
-  unsigned char* c = base + index * channel_bytes(g);
-  kernels::FifoChannel ch;
-  ch.ready = reinterpret_cast<std::uint64_t*>(c);
-  ch.tail = reinterpret_cast<std::uint64_t*>(c + std::size_t(g.slots) * 8);
-  ch.data = c + control_bytes(g);
-  return ch;
-}
+kernels::FifoShape shape_of(const IpcGeometry& g) { return {g.blocks, g.slots, g.slot_bytes}; }
 
 // Every rank publishes whether it succeeded (with its payload, or why not)
 // and reads everyone's; all ranks therefore throw, or none. Returns the
@@ -230,7 +220,7 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   Bytes payload;
   try {
     set_device(device);
-    const std::size_t bytes = channel_bytes(geometry) * world * geometry.blocks;
+    const std::size_t bytes = kernels::fifo_memory_bytes(shape_of(geometry), world);
     KIZUNA_CUDA_CHECK(cudaMalloc(&st->mine, bytes));
     KIZUNA_CUDA_CHECK(cudaMemset(st->mine, 0, bytes));
     KIZUNA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -311,14 +301,15 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
       KIZUNA_CUDA_CHECK(cudaIpcOpenMemHandle(&st->peers[p], handle, cudaIpcMemLazyEnablePeerAccess));
       st->opened[p] = true;
     }
-    // Channel (block b, s -> r) sits at index b * world + s of r's memory.
+    // Every wait on this GPU's own memory (kernels/fifo_layout.hpp).
+    std::vector<unsigned char*> memory(world);
+    for (int p = 0; p < world; ++p) memory[p] = p == rank ? st->mine : static_cast<unsigned char*>(st->peers[p]);
     const std::size_t n = std::size_t(world) * geometry.blocks;
     std::vector<kernels::FifoChannel> in(n), out(n);
     for (std::uint32_t b = 0; b < geometry.blocks; ++b)
       for (int p = 0; p < world; ++p) {
-        unsigned char* theirs = p == rank ? st->mine : static_cast<unsigned char*>(st->peers[p]);
-        in[b * world + p] = channel_at(st->mine, geometry, static_cast<int>(b * world + p));
-        out[b * world + p] = channel_at(theirs, geometry, static_cast<int>(b * world + rank));
+        in[b * world + p] = kernels::fifo_channel(memory.data(), world, shape_of(geometry), b, p, rank);
+        out[b * world + p] = kernels::fifo_channel(memory.data(), world, shape_of(geometry), b, rank, p);
       }
     KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_in, sizeof(kernels::FifoChannel) * n));
     KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_out, sizeof(kernels::FifoChannel) * n));

@@ -35,6 +35,7 @@
 #include "core/completion_poller.hpp"
 #include "core/reduce.hpp"
 #include "host_sync.hpp"
+#include "kernels/fifo_layout.hpp"
 #include "kernels/fifo_program.cuh"
 #include "kernels/reduce.cuh"
 
@@ -175,18 +176,18 @@ class EmulatedJoin {
  public:
   static constexpr std::uint32_t kBlocks = 4, kSlots = 2, kSlotBytes = 4096;
 
-  // One rank's inbound channels: [block * world + sender]. Peers hold it as
-  // long as they may touch it, as CUDA keeps an IPC allocation alive while
-  // another process has it open.
+  // The memory one rank exports, laid out as CUDA IPC lays it out
+  // (kernels/fifo_layout.hpp). Peers hold it as long as they may touch it,
+  // as CUDA keeps an IPC allocation alive while another process has it
+  // open.
+  static constexpr kernels::FifoShape kShape{kBlocks, kSlots, kSlotBytes};
   struct Memory {
-    Memory(int world)
-        : data(std::size_t(kBlocks) * world * kSlots * kSlotBytes, 0), ready(std::size_t(kBlocks) * world * kSlots, 0),
-          tails(std::size_t(kBlocks) * world, 0) {}
-    kernels::FifoChannel channel(std::size_t k) {
-      return {data.data() + k * kSlots * kSlotBytes, ready.data() + k * kSlots, tails.data() + k};
-    }
-    std::vector<unsigned char> data;
-    std::vector<std::uint64_t> ready, tails;
+    struct alignas(16) Pack {
+      std::uint64_t words[2];
+    };
+    explicit Memory(int world) : packs(kernels::fifo_memory_bytes(kShape, world) / sizeof(Pack) + 1) {}
+    unsigned char* data() { return reinterpret_cast<unsigned char*>(packs.data()); }
+    std::vector<Pack> packs;  // zeroed
   };
 
   EmulatedJoin(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout)
@@ -207,10 +208,12 @@ class EmulatedJoin {
       std::lock_guard lock(registry_mutex());
       for (const std::string& k : keys) memory_.push_back(registry().at(k));
     }
+    std::vector<unsigned char*> bases;
+    for (const auto& m : memory_) bases.push_back(m->data());
     for (std::uint32_t b = 0; b < kBlocks; ++b)
       for (int p = 0; p < world; ++p) {
-        in_[b][p] = memory_[rank]->channel(b * world + p);
-        out_[b][p] = memory_[p]->channel(b * world + rank);
+        in_[b][p] = kernels::fifo_channel(bases.data(), world, kShape, b, p, rank);
+        out_[b][p] = kernels::fifo_channel(bases.data(), world, kShape, b, rank, p);
       }
   }
   ~EmulatedJoin() {

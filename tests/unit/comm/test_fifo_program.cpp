@@ -19,6 +19,7 @@
 #include "comm/device_parts.hpp"
 #include "comm/device_steps.hpp"
 #include "rank_schedules.hpp"
+#include "kernels/fifo_layout.hpp"
 #include "kernels/fifo_program.cuh"
 
 using namespace kizuna;
@@ -28,28 +29,32 @@ using algo::Collective;
 
 namespace {
 
-// Every rank's channels and counters, as CUDA IPC lays them out: the
-// channel s -> r in r's memory, addressed the same way from both ends here.
+// Every rank's channels and counters, as CUDA IPC lays them out
+// (kernels/fifo_layout.hpp): one block's records in each rank's memory.
 struct World {
+  struct alignas(16) Pack {
+    std::uint64_t words[2];
+  };
   int n;
   std::uint32_t slots, slot_bytes;
-  std::vector<std::vector<unsigned char>> data;     // [s * n + r]
-  std::vector<std::vector<std::uint64_t>> ready;    // [s * n + r]
-  std::vector<std::uint64_t> tails;                 // [s * n + r]
+  std::vector<std::vector<Pack>> memory;  // [r], zeroed
   std::vector<kernels::FifoCounters> counters;
   std::vector<std::vector<kernels::FifoChannel>> in, out;  // [r][p]
 
   World(int world, std::uint32_t slot_count, std::uint32_t bytes)
-      : n(world), slots(slot_count), slot_bytes(bytes), data(n * n), ready(n * n), tails(n * n, 0),
-        counters(n), in(n, std::vector<kernels::FifoChannel>(n)), out(n, std::vector<kernels::FifoChannel>(n)) {
+      : n(world), slots(slot_count), slot_bytes(bytes), memory(n), counters(n),
+        in(n, std::vector<kernels::FifoChannel>(n)), out(n, std::vector<kernels::FifoChannel>(n)) {
     for (auto& c : counters) std::memset(&c, 0, sizeof c);
-    for (int s = 0; s < n; ++s)
-      for (int r = 0; r < n; ++r) {
-        data[s * n + r].assign(std::size_t(slots) * slot_bytes, 0);
-        ready[s * n + r].assign(slots, 0);
-        const kernels::FifoChannel ch{data[s * n + r].data(), ready[s * n + r].data(), &tails[s * n + r]};
-        out[s][r] = ch;
-        in[r][s] = ch;
+    const kernels::FifoShape shape{1, slots, slot_bytes};
+    std::vector<unsigned char*> bases;
+    for (auto& m : memory) {
+      m.resize(kernels::fifo_memory_bytes(shape, n) / sizeof(Pack) + 1);
+      bases.push_back(reinterpret_cast<unsigned char*>(m.data()));
+    }
+    for (int r = 0; r < n; ++r)
+      for (int p = 0; p < n; ++p) {
+        in[r][p] = kernels::fifo_channel(bases.data(), n, shape, 0, p, r);
+        out[r][p] = kernels::fifo_channel(bases.data(), n, shape, 0, r, p);
       }
   }
 
@@ -258,6 +263,55 @@ TEST_CASE("in-place all-gather and reduce-scatter run through FIFOs far smaller 
       }
     }
   }
+}
+
+TEST_CASE("fifo layout: every wait reads the waiting rank's own memory, and no two channels share a word",
+          "[fifo_program]") {
+  // 3 ranks, 2 blocks, as CUDA IPC lays out their exported memory: the
+  // receiver waits on `ready` and the sender on `tail`, so `ready` must be
+  // in the receiver's memory and `tail` in the sender's; the slots, which
+  // the sender writes over the link, in the receiver's.
+  const int world = 3;
+  const kernels::FifoShape shape{2, 4, 512};
+  const std::size_t bytes = kernels::fifo_memory_bytes(shape, world);
+  std::vector<std::vector<unsigned char>> memory(world, std::vector<unsigned char>(bytes));
+  std::vector<unsigned char*> bases;
+  for (auto& m : memory) bases.push_back(m.data());
+  const auto in_memory_of = [&](const void* p, std::size_t n, int r) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    return c >= bases[r] && c + n <= bases[r] + bytes;
+  };
+  std::vector<const void*> words;  // every ready and tail word
+  std::vector<const void*> slots;  // every channel's first slot
+  for (std::uint32_t b = 0; b < shape.blocks; ++b)
+    for (int from = 0; from < world; ++from)
+      for (int to = 0; to < world; ++to) {
+        if (from == to) continue;
+        const kernels::FifoChannel ch = kernels::fifo_channel(bases.data(), world, shape, b, from, to);
+        CHECK(in_memory_of(ch.ready, std::size_t(shape.slots) * 8, to));
+        CHECK(in_memory_of(ch.data, std::size_t(shape.slots) * shape.slot_bytes, to));
+        CHECK(in_memory_of(ch.tail, 8, from));
+        CHECK((ch.data - bases[to]) % 256 == 0);  // 256-aligned where the allocation is (cudaMalloc's are)
+        for (std::uint32_t k = 0; k < shape.slots; ++k) words.push_back(ch.ready + k);
+        words.push_back(ch.tail);
+        slots.push_back(ch.data);
+      }
+  std::sort(words.begin(), words.end());
+  CHECK(std::adjacent_find(words.begin(), words.end()) == words.end());
+  std::sort(slots.begin(), slots.end());
+  CHECK(std::adjacent_find(slots.begin(), slots.end()) == slots.end());
+  // No word inside any channel's slots.
+  for (std::uint32_t b = 0; b < shape.blocks; ++b)
+    for (int from = 0; from < world; ++from)
+      for (int to = 0; to < world; ++to) {
+        if (from == to) continue;
+        const kernels::FifoChannel ch = kernels::fifo_channel(bases.data(), world, shape, b, from, to);
+        const auto* end = ch.data + std::size_t(shape.slots) * shape.slot_bytes;
+        for (const void* w : words) {
+          const bool inside = static_cast<const unsigned char*>(w) >= ch.data && static_cast<const unsigned char*>(w) < end;
+          CHECK_FALSE(inside);
+        }
+      }
 }
 
 TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_program]") {
