@@ -42,18 +42,35 @@ inline std::size_t fifo_memory_bytes(const FifoShape& s, int world) {
   return fifo_record_bytes(s) * std::size_t(world) * s.blocks;
 }
 
+// Where, in the sender's memory, the credit word of channel `from` -> `to`
+// of `block` lies (bytes from its start).
+inline std::size_t fifo_credit_offset(int world, const FifoShape& s, std::uint32_t block, int to) {
+  return (std::size_t(block) * world + to) * fifo_record_bytes(s) + std::size_t(s.slots) * 8;
+}
+
 // Channel `from` -> `to` of `block`, as this process addresses it:
 // memory[r] is rank r's exported memory as mapped here.
 inline FifoChannel fifo_channel(unsigned char* const* memory, int world, const FifoShape& s, std::uint32_t block,
                                 int from, int to) {
-  const std::size_t record = fifo_record_bytes(s);
-  unsigned char* home = memory[to] + (std::size_t(block) * world + from) * record;  // the receiver's
-  unsigned char* back = memory[from] + (std::size_t(block) * world + to) * record;  // the sender's
+  unsigned char* home = memory[to] + (std::size_t(block) * world + from) * fifo_record_bytes(s);  // the receiver's
   FifoChannel ch;
   ch.ready = reinterpret_cast<std::uint64_t*>(home);
   ch.data = home + fifo_control_bytes(s);
-  ch.tail = reinterpret_cast<std::uint64_t*>(back + std::size_t(s.slots) * 8);
+  ch.tail = reinterpret_cast<std::uint64_t*>(memory[from] + fifo_credit_offset(world, s, block, to));
   return ch;
+}
+
+// Whether every chunk a rank sent has come home as a credit: `sent[b][p]`
+// its count of chunks sent to p on block b (FifoCounters::sent), and
+// `credit(b, p)` the credit word of that channel in its own memory. Then no
+// receiver writes into its memory again (a receiver writes a credit only
+// as it releases a chunk), and the memory may be freed.
+template <class Credit>
+bool fifo_credits_home(int rank, int world, std::uint32_t blocks, const FifoCounters* counters, Credit&& credit) {
+  for (std::uint32_t b = 0; b < blocks; ++b)
+    for (int p = 0; p < world; ++p)
+      if (p != rank && credit(b, p) != counters[b].sent[p]) return false;
+  return true;
 }
 
 }  // namespace kizuna::kernels

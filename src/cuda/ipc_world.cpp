@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "core/check.hpp"
 #include "core/completion_poller.hpp"
@@ -92,6 +93,10 @@ bool finished(const volatile std::uint32_t* status, int blocks, std::uint32_t* a
 // kernel watches the deadline itself and normally reports first.
 constexpr std::chrono::seconds kHostGrace{2};
 
+// How long a world being destroyed waits for the credits of its last
+// chunks to come home before it leaves its memory to the process's end.
+constexpr std::chrono::seconds kCreditsWait{1};
+
 }  // namespace
 
 struct IpcWorld::State {
@@ -151,6 +156,14 @@ struct IpcWorld::State {
     completions.reset();
     tables.clear();
     if (uploads) cudaStreamSynchronize(uploads);
+    // After an abort (ours, or a kernel that gave up) the peers' kernels
+    // may still write into these channels: freeing them would let those
+    // writes land in whatever is allocated there next. Without one, a
+    // receiver still writes a credit here as it releases the last chunks
+    // this rank sent, after this rank's kernels ended: the memory goes once
+    // they are all home. Otherwise it is left to the process's end.
+    const bool aborted = abort_host != nullptr && *const_cast<volatile std::uint32_t*>(abort_host) != 0;
+    const bool quiet = !aborted && credits_home_within(kCreditsWait);
     for (std::size_t p = 0; p < peers.size(); ++p)
       if (peers[p] && opened[p]) cudaIpcCloseMemHandle(peers[p]);
     cudaFree(scratch);
@@ -158,16 +171,39 @@ struct IpcWorld::State {
     cudaFree(d_in);
     cudaFree(d_out);
     cudaFree(d_counters);
-    // After an abort (ours, or a kernel that gave up) the peers' kernels
-    // may still write into these channels: freeing them would let those
-    // writes land in whatever is allocated there next. They are left to
-    // the process's end instead.
-    const bool aborted = abort_host != nullptr && *const_cast<volatile std::uint32_t*>(abort_host) != 0;
-    if (!aborted) cudaFree(mine);
+    if (quiet) cudaFree(mine);
     if (last) cudaEventDestroy(last);
     if (uploads) cudaStreamDestroy(uploads);
     if (abort_host) cudaFreeHost(abort_host);
     if (status_host) cudaFreeHost(status_host);
+  }
+
+  // Whether every chunk this rank sent has come home as a credit in its
+  // own memory within `wait` (kernels/fifo_layout.hpp). Read on the
+  // world's own non-blocking stream, not the legacy one.
+  bool credits_home_within(std::chrono::milliseconds wait) {
+    if (mine == nullptr || d_counters == nullptr || uploads == nullptr) return false;
+    std::vector<kernels::FifoCounters> counters(geometry.blocks);
+    if (cudaMemcpyAsync(counters.data(), d_counters, sizeof(kernels::FifoCounters) * counters.size(),
+                        cudaMemcpyDeviceToHost, uploads) != cudaSuccess ||
+        cudaStreamSynchronize(uploads) != cudaSuccess)
+      return false;
+    const kernels::FifoShape shape = shape_of(geometry);
+    bool failed = false;
+    const auto credit = [&](std::uint32_t b, int p) {
+      std::uint64_t v = 0;
+      failed = failed ||
+               cudaMemcpyAsync(&v, mine + kernels::fifo_credit_offset(world, shape, b, p), sizeof v,
+                               cudaMemcpyDeviceToHost, uploads) != cudaSuccess ||
+               cudaStreamSynchronize(uploads) != cudaSuccess;
+      return v;
+    };
+    const auto until = std::chrono::steady_clock::now() + wait;
+    for (;;) {
+      if (kernels::fifo_credits_home(rank, world, geometry.blocks, counters.data(), credit)) return !failed;
+      if (failed || std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
 
   // Grows `buffer` to at least `bytes` (to a power of two, so that growth

@@ -5,8 +5,9 @@
 // its inbound channels, and the credit words of its outbound ones, with
 // cudaMalloc (kernels/fifo_layout.hpp), publishes their cudaIpcMemHandle,
 // and maps every peer's with cudaIpcOpenMemHandle, so a rank's kernel
-// writes straight into its peers' FIFOs and waits on its own memory only. Ranks that are threads of one process share the raw pointers
-// instead (a process cannot open its own IPC handle, and needs none).
+// writes straight into its peers' FIFOs and waits on its own memory only.
+// Ranks that are threads of one process share the raw pointers instead (a
+// process cannot open its own IPC handle, and needs none).
 // Several ranks may share one GPU: processes under MPS, threads always. Every rank learns whether every
 // other rank succeeded, so either all use the join or none does: a rank
 // that cannot (no IPC in a container, an old driver) makes connect() throw

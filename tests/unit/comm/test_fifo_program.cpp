@@ -82,6 +82,13 @@ std::vector<algo::RankSchedule> schedules_for(Collective c, Algorithm a, int wor
   return rank_schedules(c, a, world, count, elem, 48);
 }
 
+// Whether every chunk rank r sent through `w` has come home as a credit in
+// its own memory (kernels/fifo_layout.hpp): what a GPU world waits for
+// before it frees that memory. Call it with no walk running.
+bool credits_home(const World& w, int r) {
+  return kernels::fifo_credits_home(r, w.n, 1, &w.counters[r], [&](std::uint32_t, int p) { return *w.out[r][p].tail; });
+}
+
 // Runs one collective on every rank of `w` at once, each rank's input and
 // output starting where `inputs` and `outputs` say; returns each rank's status.
 template <typename Codec, typename Op>
@@ -148,6 +155,7 @@ void compare_with_simulator(DataType dtype, ReduceOp rop, std::uint32_t slot_byt
               REQUIRE(status[r] == kernels::FifoStatus::Done);
               if (in_place) REQUIRE(s.in[r] == s.sim_in[r]);
               else REQUIRE(s.out[r] == s.sim_out[r]);
+              REQUIRE(credits_home(w, r));  // once every walk ended, nothing more is written into r's memory
             }
           }
         }
@@ -329,6 +337,9 @@ TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_pro
   HostSync sync{std::chrono::milliseconds(100)};
   REQUIRE(run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync) == FifoStatus::Stopped);
   REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  // What rank 0 sent never came home: a GPU world would not free its memory.
+  CHECK(w.counters[0].sent[1] > 0);
+  CHECK_FALSE(credits_home(w, 0));
 }
 
 TEST_CASE("a FIFO walk's deadline is a time without progress: a slow peer that keeps moving is waited for",
