@@ -60,6 +60,22 @@ inline FifoChannel fifo_channel(unsigned char* const* memory, int world, const F
   return ch;
 }
 
+// Every word a peer's walk may wait on for `rank` (the ready words of
+// rank's channels to it, the credit words of its channels to rank), as
+// this process addresses them: an aborting rank writes kFifoPoison into
+// each, so that its peers' kernels stop at once rather than at their
+// deadlines. All lie in the peers' memory. `out(word)` is called per word.
+template <class Out>
+void fifo_poison_words(unsigned char* const* memory, int world, const FifoShape& s, int rank, Out&& out) {
+  for (std::uint32_t b = 0; b < s.blocks; ++b)
+    for (int p = 0; p < world; ++p) {
+      if (p == rank) continue;
+      const FifoChannel to_peer = fifo_channel(memory, world, s, b, rank, p);
+      for (std::uint32_t k = 0; k < s.slots; ++k) out(to_peer.ready + k);
+      out(fifo_channel(memory, world, s, b, p, rank).tail);
+    }
+}
+
 // Whether every chunk a rank sent has come home as a credit: `sent[b][p]`
 // its count of chunks sent to p on block b (FifoCounters::sent), and
 // `credit(b, p)` the credit word of that channel in its own memory. Then no

@@ -49,6 +49,11 @@ namespace kizuna::kernels {
 
 inline constexpr int kFifoMaxRanks = 64;
 
+// A ready or credit word holding this says its writer aborted: a walk that
+// reads it stops (Stopped) at once instead of at its deadline. No count of
+// chunks reaches it.
+inline constexpr std::uint64_t kFifoPoison = ~std::uint64_t{0};
+
 // The directed channel from one rank to another, as the process at hand
 // addresses it.
 struct FifoChannel {
@@ -161,7 +166,12 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       peer_seen[s.peer] = true;
       const std::uint64_t sent = p.counters->sent[s.peer];
       const FifoChannel& ch = p.out[s.peer];
-      if (sent - sync.load_acquire(ch.tail) >= p.slots) continue;  // no room yet
+      const std::uint64_t released = sync.load_acquire(ch.tail);
+      if (released == kFifoPoison) {
+        st.action = Action::Stopped;
+        return;
+      }
+      if (sent - released >= p.slots) continue;  // no room yet
       const std::uint64_t n = s.count - s.done < chunk ? s.count - s.done : chunk;
       st.action = Action::SendChunk;
       st.work = DeviceStep{};
@@ -209,7 +219,12 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       const std::uint64_t got = p.counters->received[s.recv_peer];
       const FifoChannel& ch = p.in[s.recv_peer];
       const std::uint64_t n = s.count - st.step_done < chunk ? s.count - st.step_done : chunk;
-      if (sync.load_acquire(ch.ready + got % p.slots) != got + 1) break;
+      const std::uint64_t published = sync.load_acquire(ch.ready + got % p.slots);
+      if (published == kFifoPoison) {
+        st.action = Action::Stopped;
+        return;
+      }
+      if (published != got + 1) break;
       st.action = Action::RecvChunk;
       st.work = s;
       st.work.op = s.op == DeviceOp::RecvReduceSend ? DeviceOp::RecvReduce

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -113,6 +114,8 @@ struct IpcWorld::State {
   kernels::FifoChannel* d_out = nullptr;
   kernels::FifoCounters* d_counters = nullptr;  // per block
   std::uint32_t* abort_host = nullptr;   // mapped pinned
+  std::vector<std::uint64_t*> poison_words;  // what the peers wait on for this rank, in their memory
+  std::atomic<bool> poisoned{false};
   std::uint32_t* abort_dev = nullptr;
   std::uint32_t* status_host = nullptr;  // mapped pinned, kStatusSlots
   std::uint32_t* status_dev = nullptr;
@@ -347,6 +350,8 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
         in[b * world + p] = kernels::fifo_channel(memory.data(), world, shape_of(geometry), b, p, rank);
         out[b * world + p] = kernels::fifo_channel(memory.data(), world, shape_of(geometry), b, rank, p);
       }
+    kernels::fifo_poison_words(memory.data(), world, shape_of(geometry), rank,
+                               [&](std::uint64_t* word) { st->poison_words.push_back(word); });
     KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_in, sizeof(kernels::FifoChannel) * n));
     KIZUNA_CUDA_CHECK(cudaMalloc(&st->d_out, sizeof(kernels::FifoChannel) * n));
     KIZUNA_CUDA_CHECK(cudaMemcpy(st->d_in, in.data(), sizeof(kernels::FifoChannel) * n, cudaMemcpyHostToDevice));
@@ -473,7 +478,18 @@ std::string IpcWorld::how() const {
 int IpcWorld::blocks() const { return static_cast<int>(state_->geometry.blocks); }
 
 void IpcWorld::abort() {
-  if (state_->abort_host) *const_cast<volatile std::uint32_t*>(state_->abort_host) = 1;
+  State& st = *state_;
+  if (st.abort_host) *const_cast<volatile std::uint32_t*>(st.abort_host) = 1;
+  // The peers' kernels may be waiting on this rank: poison what they wait
+  // on, once, so that they stop now rather than at their deadlines
+  // (kernels/fifo_layout.hpp). At best effort: a context with an error
+  // copies nothing, and the peers' hosts then stop their kernels when they
+  // learn of the failure.
+  if (st.poisoned.exchange(true) || st.uploads == nullptr) return;
+  set_device(st.device);
+  static const std::uint64_t poison = kernels::kFifoPoison;
+  for (std::uint64_t* word : st.poison_words)
+    if (cudaMemcpyAsync(word, &poison, sizeof poison, cudaMemcpyHostToDevice, st.uploads) != cudaSuccess) break;
 }
 
 }  // namespace kizuna::cuda

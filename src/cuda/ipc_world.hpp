@@ -78,7 +78,9 @@ class IpcWorld {
   // channels are shared by pointer, no IPC handle opened, no MPS needed).
   std::string how() const;
 
-  // Stops the kernels that are running or queued (they report Timeout).
+  // Stops the kernels that are running or queued (they report Timeout),
+  // and poisons what the peers' kernels wait on from this rank, so that
+  // theirs stop too.
   void abort();
 
   struct State;

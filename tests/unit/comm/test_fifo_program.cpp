@@ -342,6 +342,44 @@ TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_pro
   CHECK_FALSE(credits_home(w, 0));
 }
 
+TEST_CASE("a FIFO walk stops at a peer's poison, long before its deadline, whichever word it waits on",
+          "[fifo_program]") {
+  using namespace kizuna::kernels;
+  // Rank 1 of 2 never walks and aborts after 50 ms, poisoning what rank 0
+  // waits on for it: the ready words of its channel to rank 0, or the
+  // credit word of rank 0's channel to it (one slot, so rank 0's second
+  // chunk waits for a credit). Rank 0's deadline is 30 s.
+  const bool ready_words = GENERATE(true, false);
+  CAPTURE(ready_words);
+  World w(2, 1, 16);
+  std::vector<unsigned char*> memory{reinterpret_cast<unsigned char*>(w.memory[0].data()),
+                                     reinterpret_cast<unsigned char*>(w.memory[1].data())};
+  const FifoShape shape{1, 1, 16};
+  std::vector<std::uint64_t*> words;
+  fifo_poison_words(memory.data(), 2, shape, 1, [&](std::uint64_t* word) { words.push_back(word); });
+  REQUIRE(words.size() == 2);  // one ready word (one slot), one credit word
+  CHECK(words[0] == w.in[0][1].ready);
+  CHECK(words[1] == w.out[0][1].tail);
+  const algo::RankSchedule schedule = schedules_for(Collective::AllReduce, Algorithm::Ring, 2, 100, 4)[0];
+  const auto table = comm::encode_steps(schedule);
+  std::vector<float> data(100, 1.0f), scratch(schedule.scratch_count + 1);
+  std::vector<FifoSend> pending(table.size() + 1);
+  const FifoProgram p = w.program(0, table, pending);
+  StepBuffers<float> b{{data.data(), data.data(), scratch.data()}};
+  auto state = std::make_unique<FifoState<float>>();
+  std::thread aborting([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::atomic_ref<std::uint64_t>(*words[ready_words ? 0 : 1]).store(kFifoPoison, std::memory_order_release);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  HostSync sync{std::chrono::seconds(30)};
+  const FifoStatus status = run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync);
+  const auto took = std::chrono::steady_clock::now() - start;
+  aborting.join();
+  CHECK(status == FifoStatus::Stopped);
+  CHECK(took < std::chrono::seconds(5));
+}
+
 TEST_CASE("a FIFO walk's deadline is a time without progress: a slow peer that keeps moving is waited for",
           "[fifo_program]") {
   // Rank 1 pauses 2 ms at each of its hundreds of actions, so the
