@@ -367,6 +367,18 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
     KIZUNA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st->status_dev), st->status_host, 0));
     KIZUNA_CUDA_CHECK(cudaEventCreateWithFlags(&st->last, cudaEventDisableTiming));
     KIZUNA_CUDA_CHECK(cudaStreamCreateWithFlags(&st->uploads, cudaStreamNonBlocking));
+    // A tiny read through every peer's mapping: one that opened may still
+    // not be usable (MPS servers of other users, GPUs without peer
+    // access), and then no rank takes the join, as for a failed open.
+    for (int p = 0; p < world; ++p) {
+      if (p == rank) continue;
+      std::uint64_t word = 0;
+      cudaError_t e = cudaMemcpyAsync(&word, memory[p], sizeof word, cudaMemcpyDeviceToHost, st->uploads);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(st->uploads);
+      if (e != cudaSuccess)
+        KIZUNA_THROW(ErrorCode::CudaError, "cannot read rank ", p, "'s FIFO memory through its mapping: ",
+                     cudaGetErrorString(e));
+    }
     KIZUNA_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const Error& e) {
     ok = false;
