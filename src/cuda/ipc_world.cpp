@@ -164,9 +164,10 @@ struct IpcWorld::State {
     // writes land in whatever is allocated there next. Without one, a
     // receiver still writes a credit here as it releases the last chunks
     // this rank sent, after this rank's kernels ended: the memory goes once
-    // they are all home. Otherwise it is left to the process's end.
+    // they are all home (at once where it never launched, so sent nothing).
+    // Otherwise it is left to the process's end.
     const bool aborted = abort_host != nullptr && *const_cast<volatile std::uint32_t*>(abort_host) != 0;
-    const bool quiet = !aborted && credits_home_within(kCreditsWait);
+    const bool quiet = !aborted && (!launched || credits_home_within(kCreditsWait));
     for (std::size_t p = 0; p < peers.size(); ++p)
       if (peers[p] && opened[p]) cudaIpcCloseMemHandle(peers[p]);
     cudaFree(scratch);
