@@ -23,8 +23,13 @@ __device__ __forceinline__ std::uint64_t global_ns() {
 struct DeviceSync {
   std::uint64_t timeout_ns;          // without progress
   const volatile std::uint32_t* abort;
-  std::uint32_t polls = 0;
+  std::uint32_t polls = 0;           // since the last progress
+  std::uint32_t nap_ns = kFirstNapNs;
   std::uint64_t waiting_since = 0;  // GPU clock; 0: not waiting
+
+  // Looks without progress before thread 0 naps between looks, and its
+  // naps: doubling from the first to the longest.
+  static constexpr std::uint32_t kSpinPolls = 4096, kFirstNapNs = 32, kLongestNapNs = 1000;
 
   __device__ int thread() const { return threadIdx.x; }
   __device__ int threads() const { return blockDim.x; }
@@ -45,15 +50,27 @@ struct DeviceSync {
   // every 64th time (the clock read is not free). The deadline counts from
   // the first such read since the last progress, so a long collective that
   // keeps moving never times out, and a stalled one stops within
-  // timeout_ns of its stall, not of its start.
+  // timeout_ns of its stall, not of its start. After kSpinPolls looks it
+  // naps between them, so that a long wait leaves the multiprocessor's
+  // issue slots to the blocks that share it (ranks as threads of one
+  // process run on one GPU); a wait that ends sooner costs nothing more,
+  // and one that ends during a nap at most kLongestNapNs.
   __device__ bool keep_waiting() {
-    if (++polls % 64 != 0) return true;
+    if (++polls > kSpinPolls) {
+      __nanosleep(nap_ns);
+      nap_ns = nap_ns * 2 < kLongestNapNs ? nap_ns * 2 : kLongestNapNs;
+    }
+    if (polls % 64 != 0) return true;
     if (abort != nullptr && *abort != 0) return false;
     const std::uint64_t now = global_ns();
     if (waiting_since == 0) waiting_since = now;
     return now - waiting_since < timeout_ns;
   }
-  __device__ void progressed() { waiting_since = 0; }
+  __device__ void progressed() {
+    waiting_since = 0;
+    polls = 0;
+    nap_ns = kFirstNapNs;
+  }
 };
 
 template <typename Codec, typename Op>
