@@ -34,6 +34,7 @@
 #include "comm/device_queue.hpp"
 #include "core/completion_poller.hpp"
 #include "core/reduce.hpp"
+#include "fifo_memory.hpp"
 #include "host_sync.hpp"
 #include "kernels/fifo_layout.hpp"
 #include "kernels/fifo_program.cuh"
@@ -176,19 +177,10 @@ class EmulatedJoin {
  public:
   static constexpr std::uint32_t kBlocks = 4, kSlots = 2, kSlotBytes = 4096;
 
-  // The memory one rank exports, laid out as CUDA IPC lays it out
-  // (kernels/fifo_layout.hpp). Peers hold it as long as they may touch it,
-  // as CUDA keeps an IPC allocation alive while another process has it
-  // open.
+  // The memory each rank exports, laid out as CUDA IPC lays it out. Peers
+  // hold it as long as they may touch it, as CUDA keeps an IPC allocation
+  // alive while another process has it open.
   static constexpr kernels::FifoShape kShape{kBlocks, kSlots, kSlotBytes};
-  struct Memory {
-    struct alignas(16) Pack {
-      std::uint64_t words[2];
-    };
-    explicit Memory(int world) : packs(kernels::fifo_memory_bytes(kShape, world) / sizeof(Pack) + 1) {}
-    unsigned char* data() { return reinterpret_cast<unsigned char*>(packs.data()); }
-    std::vector<Pack> packs;  // zeroed
-  };
 
   EmulatedJoin(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout)
       : rank_(rank), world_(world), key_(prefix + "/" + std::to_string(rank)), counters_(kBlocks),
@@ -198,7 +190,7 @@ class EmulatedJoin {
     // memory is registered; reading every rank's key is the join.
     {
       std::lock_guard lock(registry_mutex());
-      registry()[key_] = std::make_shared<Memory>(world);
+      registry()[key_] = std::make_shared<FifoMemory>(kShape, world);
     }
     store.set(key_, std::vector<std::uint8_t>{1});
     std::vector<std::string> keys;
@@ -268,8 +260,8 @@ class EmulatedJoin {
     static std::mutex m;
     return m;
   }
-  static std::map<std::string, std::shared_ptr<Memory>>& registry() {
-    static std::map<std::string, std::shared_ptr<Memory>> r;
+  static std::map<std::string, std::shared_ptr<FifoMemory>>& registry() {
+    static std::map<std::string, std::shared_ptr<FifoMemory>> r;
     return r;
   }
 
@@ -304,7 +296,7 @@ class EmulatedJoin {
 
   int rank_, world_;
   std::string key_;
-  std::vector<std::shared_ptr<Memory>> memory_;  // every rank's, this one's included
+  std::vector<std::shared_ptr<FifoMemory>> memory_;  // every rank's, this one's included
   std::vector<kernels::FifoCounters> counters_;
   std::vector<std::vector<kernels::FifoChannel>> in_, out_;  // [block][peer]
 };

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "collective_reference.hpp"
+#include "fifo_memory.hpp"
 #include "host_sync.hpp"
 #include "comm/device_parts.hpp"
 #include "comm/device_steps.hpp"
@@ -32,25 +33,19 @@ namespace {
 // Every rank's channels and counters, as CUDA IPC lays them out
 // (kernels/fifo_layout.hpp): one block's records in each rank's memory.
 struct World {
-  struct alignas(16) Pack {
-    std::uint64_t words[2];
-  };
   int n;
   std::uint32_t slots, slot_bytes;
-  std::vector<std::vector<Pack>> memory;  // [r], zeroed
+  std::vector<FifoMemory> memory;  // [r]
   std::vector<kernels::FifoCounters> counters;
   std::vector<std::vector<kernels::FifoChannel>> in, out;  // [r][p]
 
   World(int world, std::uint32_t slot_count, std::uint32_t bytes)
-      : n(world), slots(slot_count), slot_bytes(bytes), memory(n), counters(n),
+      : n(world), slots(slot_count), slot_bytes(bytes), memory(n, FifoMemory({1, slots, slot_bytes}, n)), counters(n),
         in(n, std::vector<kernels::FifoChannel>(n)), out(n, std::vector<kernels::FifoChannel>(n)) {
     for (auto& c : counters) std::memset(&c, 0, sizeof c);
     const kernels::FifoShape shape{1, slots, slot_bytes};
     std::vector<unsigned char*> bases;
-    for (auto& m : memory) {
-      m.resize(kernels::fifo_memory_bytes(shape, n) / sizeof(Pack) + 1);
-      bases.push_back(reinterpret_cast<unsigned char*>(m.data()));
-    }
+    for (auto& m : memory) bases.push_back(m.data());
     for (int r = 0; r < n; ++r)
       for (int p = 0; p < n; ++p) {
         in[r][p] = kernels::fifo_channel(bases.data(), n, shape, 0, p, r);
@@ -352,8 +347,7 @@ TEST_CASE("a FIFO walk stops at a peer's poison, long before its deadline, which
   const bool ready_words = GENERATE(true, false);
   CAPTURE(ready_words);
   World w(2, 1, 16);
-  std::vector<unsigned char*> memory{reinterpret_cast<unsigned char*>(w.memory[0].data()),
-                                     reinterpret_cast<unsigned char*>(w.memory[1].data())};
+  std::vector<unsigned char*> memory{w.memory[0].data(), w.memory[1].data()};
   const FifoShape shape{1, 1, 16};
   std::vector<std::uint64_t*> words;
   fifo_poison_words(memory.data(), 2, shape, 1, [&](std::uint64_t* word) { words.push_back(word); });
