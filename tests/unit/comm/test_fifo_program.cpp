@@ -84,6 +84,28 @@ bool credits_home(const World& w, int r) {
   return kernels::fifo_credits_home(r, w.n, 1, &w.counters[r], [&](std::uint32_t, int p) { return *w.out[r][p].tail; });
 }
 
+// Rank 0's walk of a 2-rank ring all-reduce of 100 floats on `w`, alone
+// (rank 1 never walks), with `deadline` without progress: how it ended and
+// how long it took.
+struct Walked {
+  kernels::FifoStatus status;
+  std::chrono::steady_clock::duration took;
+};
+Walked walk_rank_0_alone(World& w, std::chrono::milliseconds deadline) {
+  using namespace kizuna::kernels;
+  const algo::RankSchedule schedule = schedules_for(Collective::AllReduce, Algorithm::Ring, 2, 100, 4)[0];
+  const auto table = comm::encode_steps(schedule);
+  std::vector<float> data(100, 1.0f), scratch(schedule.scratch_count + 1);
+  std::vector<FifoSend> pending(table.size() + 1);
+  const FifoProgram p = w.program(0, table, pending);
+  StepBuffers<float> b{{data.data(), data.data(), scratch.data()}};
+  auto state = std::make_unique<FifoState<float>>();
+  const auto start = std::chrono::steady_clock::now();
+  HostSync sync{deadline};
+  const FifoStatus status = run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync);
+  return {status, std::chrono::steady_clock::now() - start};
+}
+
 // Runs one collective on every rank of `w` at once, each rank's input and
 // output starting where `inputs` and `outputs` say; returns each rank's status.
 template <typename Codec, typename Op>
@@ -321,17 +343,9 @@ TEST_CASE("a FIFO walk whose peer never comes stops at its deadline", "[fifo_pro
   using namespace kizuna::kernels;
   // Rank 1 of 2 never runs: rank 0's all-reduce must give up, not hang.
   World w(2, 2, 16);
-  const algo::RankSchedule schedule = schedules_for(Collective::AllReduce, Algorithm::Ring, 2, 100, 4)[0];
-  const auto table = comm::encode_steps(schedule);
-  std::vector<float> data(100, 1.0f), scratch(schedule.scratch_count + 1);
-  std::vector<FifoSend> pending(table.size() + 1);
-  const FifoProgram p = w.program(0, table, pending);
-  StepBuffers<float> b{{data.data(), data.data(), scratch.data()}};
-  auto state = std::make_unique<FifoState<float>>();
-  const auto start = std::chrono::steady_clock::now();
-  HostSync sync{std::chrono::milliseconds(100)};
-  REQUIRE(run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync) == FifoStatus::Stopped);
-  REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  const Walked walked = walk_rank_0_alone(w, std::chrono::milliseconds(100));
+  REQUIRE(walked.status == FifoStatus::Stopped);
+  REQUIRE(walked.took < std::chrono::seconds(5));
   // What rank 0 sent never came home: a GPU world would not free its memory.
   CHECK(w.counters[0].sent[1] > 0);
   CHECK_FALSE(credits_home(w, 0));
@@ -354,24 +368,14 @@ TEST_CASE("a FIFO walk stops at a peer's poison, long before its deadline, which
   REQUIRE(words.size() == 2);  // one ready word (one slot), one credit word
   CHECK(words[0] == w.in[0][1].ready);
   CHECK(words[1] == w.out[0][1].tail);
-  const algo::RankSchedule schedule = schedules_for(Collective::AllReduce, Algorithm::Ring, 2, 100, 4)[0];
-  const auto table = comm::encode_steps(schedule);
-  std::vector<float> data(100, 1.0f), scratch(schedule.scratch_count + 1);
-  std::vector<FifoSend> pending(table.size() + 1);
-  const FifoProgram p = w.program(0, table, pending);
-  StepBuffers<float> b{{data.data(), data.data(), scratch.data()}};
-  auto state = std::make_unique<FifoState<float>>();
   std::thread aborting([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::atomic_ref<std::uint64_t>(*words[ready_words ? 0 : 1]).store(kFifoPoison, std::memory_order_release);
   });
-  const auto start = std::chrono::steady_clock::now();
-  HostSync sync{std::chrono::seconds(30)};
-  const FifoStatus status = run_fifo_program<Plain<float>, SumOp>(p, b, *state, sync);
-  const auto took = std::chrono::steady_clock::now() - start;
+  const Walked walked = walk_rank_0_alone(w, std::chrono::seconds(30));
   aborting.join();
-  CHECK(status == FifoStatus::Stopped);
-  CHECK(took < std::chrono::seconds(5));
+  CHECK(walked.status == FifoStatus::Stopped);
+  CHECK(walked.took < std::chrono::seconds(5));
 }
 
 TEST_CASE("a FIFO walk's deadline is a time without progress: a slow peer that keeps moving is waited for",
