@@ -46,6 +46,14 @@ struct DeviceSync {
     __threadfence_system();
     asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   }
+  // A batch of slots: one fence (fence.sc.sys), then plain strong stores,
+  // which the fence before them makes releases (the PTX memory model's
+  // release pattern), so the batch pays one wait for the block's writes to
+  // reach the peer instead of one per slot.
+  __device__ void publish(std::uint64_t* p, std::uint64_t v, std::uint32_t k) const {
+    __threadfence_system();
+    for (std::uint32_t i = 0; i < k; ++i) asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p + i), "l"(v + i) : "memory");
+  }
   // Thread 0, when nothing can move: the clock and the abort word are read
   // every 64th time (the clock read is not free). The deadline counts from
   // the first such read since the last progress, so a long collective that

@@ -23,6 +23,18 @@
 // calls in FifoCounters. An empty message sends nothing: both ends skip it,
 // because both walk the same schedule.
 //
+// Batches. Where a message has several chunks left and the FIFO has room
+// for them in consecutive slots (no wrap), one round moves up to
+// fifo_batch_chunks() of them: the block fills them all, then thread 0
+// makes them visible with one system-wide fence and stores their ready
+// words (Sync::publish). A receiver likewise takes every consecutive chunk
+// already published, up to the same bound, in one round and one credit.
+// A fence to system scope waits for the block's writes to reach the peer,
+// and a round costs two block barriers and thread 0's decision; batching
+// pays both once per batch instead of once per slot. The bound is half the
+// FIFO (rounded up), so that while the receiver works on one batch the
+// sender fills the other half: the pipeline a slot at a time gave stays.
+//
 // The walk mirrors comm/executor.cpp: a Send step only queues the send,
 // queued sends move chunk by chunk whenever their channel has room, and a
 // step that writes a region a queued send still reads waits for that send
@@ -34,10 +46,10 @@
 // RecvCopySend) receives the whole message into its destination and then
 // queues the send of that region.
 //
-// Each round, thread 0 finishes the last action (publishes the chunk,
-// releases the slot, advances the walk) and decides the next one; all
+// Each round, thread 0 finishes the last action (publishes the chunks,
+// releases the slots, advances the walk) and decides the next one; all
 // threads then run its elements; a barrier separates the rounds, so the
-// block's writes to a slot come before thread 0 publishes it.
+// block's writes to the slots come before thread 0 publishes them.
 #pragma once
 
 #include <cstdint>
@@ -119,8 +131,13 @@ struct FifoState {
   S* out;
   std::uint64_t n;
   int peer;              // SendChunk, RecvChunk
+  std::uint32_t chunks;  // SendChunk, RecvChunk: slots the round moves
   std::uint32_t sending; // SendChunk: its index in program.pending
 };
+
+// The most chunks one round moves over a channel: half the FIFO, rounded
+// up (see "Batches" above).
+KIZUNA_HD std::uint32_t fifo_batch_chunks(std::uint32_t slots) { return (slots + 1) / 2; }
 
 namespace fifo_detail {
 
@@ -151,6 +168,11 @@ KIZUNA_HD void queue_send(const FifoProgram& prog, FifoState<S>& st, const S* sr
 
 KIZUNA_HD std::uint64_t slot_elems(const FifoProgram& p, std::uint64_t elem) { return p.slot_bytes / elem; }
 
+KIZUNA_HD std::uint64_t min3(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  const std::uint64_t ab = a < b ? a : b;
+  return ab < c ? ab : c;
+}
+
 // Thread 0: the next action, waiting (through sync.keep_waiting()) while
 // nothing can move.
 template <typename S, typename Sync>
@@ -172,13 +194,19 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
         return;
       }
       if (sent - released >= p.slots) continue;  // no room yet
-      const std::uint64_t n = s.count - s.done < chunk ? s.count - s.done : chunk;
+      // Free slots from the next one to the FIFO's end, chunks left.
+      const std::uint64_t at = sent % p.slots;
+      const std::uint64_t left = s.count - s.done;
+      const std::uint64_t room = p.slots - (sent - released);
+      const std::uint64_t chunks = min3(room < p.slots - at ? room : p.slots - at, fifo_batch_chunks(p.slots),
+                                        (left + chunk - 1) / chunk);
       st.action = Action::SendChunk;
       st.work = DeviceStep{};
       st.work.op = DeviceOp::Send;
       st.in = nullptr;
-      st.out = reinterpret_cast<S*>(ch.data + (sent % p.slots) * p.slot_bytes);
-      st.n = n;
+      st.out = reinterpret_cast<S*>(ch.data + at * p.slot_bytes);
+      st.n = left < chunks * chunk ? left : chunks * chunk;
+      st.chunks = static_cast<std::uint32_t>(chunks);
       st.peer = s.peer;
       st.sending = i;
       return;
@@ -215,16 +243,23 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
         st.n = s.count;
         return;
       }
-      // A receive: its next chunk, once published.
+      // A receive: its next chunks, those published in consecutive slots.
       const std::uint64_t got = p.counters->received[s.recv_peer];
       const FifoChannel& ch = p.in[s.recv_peer];
-      const std::uint64_t n = s.count - st.step_done < chunk ? s.count - st.step_done : chunk;
-      const std::uint64_t published = sync.load_acquire(ch.ready + got % p.slots);
-      if (published == kFifoPoison) {
-        st.action = Action::Stopped;
-        return;
+      const std::uint64_t at = got % p.slots;
+      const std::uint64_t left = s.count - st.step_done;
+      const std::uint64_t most = min3(p.slots - at, fifo_batch_chunks(p.slots), (left + chunk - 1) / chunk);
+      std::uint64_t chunks = 0;
+      for (; chunks < most; ++chunks) {
+        const std::uint64_t published = sync.load_acquire(ch.ready + at + chunks);
+        if (published == kFifoPoison) {
+          st.action = Action::Stopped;
+          return;
+        }
+        if (published != got + chunks + 1) break;
       }
-      if (published != got + 1) break;
+      if (chunks == 0) break;
+      const std::uint64_t n = left < chunks * chunk ? left : chunks * chunk;
       st.action = Action::RecvChunk;
       st.work = s;
       st.work.op = s.op == DeviceOp::RecvReduceSend ? DeviceOp::RecvReduce
@@ -233,9 +268,10 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       st.work.src_offset += st.step_done;
       st.work.dst_offset += st.step_done;
       st.work.count = n;
-      st.in = reinterpret_cast<const S*>(ch.data + (got % p.slots) * p.slot_bytes);
+      st.in = reinterpret_cast<const S*>(ch.data + at * p.slot_bytes);
       st.out = nullptr;
       st.n = n;
+      st.chunks = static_cast<std::uint32_t>(chunks);
       st.peer = s.recv_peer;
       return;
     }
@@ -259,15 +295,15 @@ KIZUNA_HD void finish(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       FifoSend& s = p.pending[st.sending];
       std::uint64_t& sent = p.counters->sent[st.peer];
       const FifoChannel& ch = p.out[st.peer];
-      sync.store_release(ch.ready + sent % p.slots, sent + 1);
-      ++sent;
+      sync.publish(ch.ready + sent % p.slots, sent + 1, st.chunks);
+      sent += st.chunks;
       s.done += st.n;
       while (st.first < st.end && p.pending[st.first].done == p.pending[st.first].count) ++st.first;
       break;
     }
     case Action::RecvChunk: {
       std::uint64_t& got = p.counters->received[st.peer];
-      ++got;
+      got += st.chunks;
       sync.store_release(p.in[st.peer].tail, got);
       st.step_done += st.n;
       const DeviceStep& s = p.steps[st.step];
@@ -292,6 +328,10 @@ KIZUNA_HD void finish(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
 //   void barrier()                     all threads meet; memory is ordered
 //   std::uint64_t load_acquire(const std::uint64_t*)   (system scope)
 //   void store_release(std::uint64_t*, std::uint64_t)  (system scope)
+//   void publish(std::uint64_t* w, std::uint64_t v, std::uint32_t k)
+//                                      w[i] = v + i for i < k, each store
+//                                      a release of every write before it
+//                                      (one fence for all, system scope)
 //   bool keep_waiting()                thread 0, when nothing can move:
 //                                      false to stop (deadline, abort)
 //   void progressed()                  thread 0, each time something can

@@ -15,6 +15,7 @@ struct HostSync {
   std::chrono::steady_clock::duration patience;
   const std::atomic<bool>* abort = nullptr;
   std::chrono::steady_clock::time_point waiting_since{};  // epoch: not waiting
+  std::uint64_t fences = 0;  // batches published
   int thread() const { return 0; }
   int threads() const { return 1; }
   void barrier() {}
@@ -23,6 +24,13 @@ struct HostSync {
   }
   void store_release(std::uint64_t* p, std::uint64_t v) const {
     std::atomic_ref<std::uint64_t>(*p).store(v, std::memory_order_release);
+  }
+  // One release fence for the batch, then relaxed stores: each pairs with
+  // the reader's acquire load through the fence.
+  void publish(std::uint64_t* p, std::uint64_t v, std::uint32_t k) {
+    ++fences;
+    std::atomic_thread_fence(std::memory_order_release);
+    for (std::uint32_t i = 0; i < k; ++i) std::atomic_ref<std::uint64_t>(p[i]).store(v + i, std::memory_order_relaxed);
   }
   bool keep_waiting() {
     std::this_thread::yield();

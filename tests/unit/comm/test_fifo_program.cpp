@@ -154,7 +154,7 @@ void compare_with_simulator(DataType dtype, ReduceOp rop, std::uint32_t slot_byt
   const CollectiveReference ref(dtype, rop);
   const std::size_t elem = ref.elem();
   for (int world = 1; world <= max_world; ++world) {
-    for (std::uint32_t slots : {1u, 3u}) {
+    for (std::uint32_t slots : {1u, 3u, 4u}) {
       // The channels live across all the calls below, as on the GPU.
       World w(world, slots, slot_bytes);
       for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter,
@@ -420,6 +420,57 @@ TEST_CASE("a FIFO walk's deadline is a time without progress: a slow peer that k
   CHECK(status[1] == FifoStatus::Done);
   CHECK(std::count(data[0].begin(), data[0].end(), 2.0f) == 400);
   CHECK(std::count(data[1].begin(), data[1].end(), 2.0f) == 400);
+}
+
+TEST_CASE("slots go in batches: one fence per batch of half the FIFO, one credit per batch received",
+          "[fifo_program]") {
+  // 4 slots of 16 floats, a message of 4 chunks and 3 floats: the sender
+  // fills slots 0-1 and publishes them with one fence, then 2-3 with one
+  // more (the FIFO is full), then waits for credits before the fifth chunk.
+  // Rank 1 starts once rank 0 is waiting there, so it finds 4 chunks
+  // published and takes them two by two, one credit each.
+  using namespace kizuna::kernels;
+  struct CountingSync : HostSync {
+    int credits = 0;
+    void store_release(std::uint64_t* p, std::uint64_t v) {
+      ++credits;
+      HostSync::store_release(p, v);
+    }
+  };
+  constexpr std::uint64_t kCount = 67;
+  World w(2, 4, 64);
+  auto step = [](DeviceOp op, int recv_peer, int send_peer) {
+    DeviceStep s{};
+    s.op = op;
+    s.src = DeviceBuffer::Input;
+    s.dst = DeviceBuffer::Output;
+    s.recv_peer = recv_peer;
+    s.send_peer = send_peer;
+    s.count = kCount;
+    return s;
+  };
+  const std::vector<DeviceStep> tables[] = {{step(DeviceOp::Send, -1, 1)}, {step(DeviceOp::Recv, 0, -1)}};
+  std::vector<float> in(kCount), out(kCount, -1.0f), none(1);
+  for (std::uint64_t i = 0; i < kCount; ++i) in[i] = float(i);
+  std::vector<FifoSend> pending[2] = {std::vector<FifoSend>(2), std::vector<FifoSend>(2)};
+  const FifoProgram programs[] = {w.program(0, tables[0], pending[0]), w.program(1, tables[1], pending[1])};
+  const StepBuffers<float> buffers[] = {{{in.data(), none.data(), none.data()}},
+                                        {{none.data(), out.data(), none.data()}}};
+  CountingSync syncs[2] = {CountingSync{{std::chrono::seconds(20)}}, CountingSync{{std::chrono::seconds(20)}}};
+  auto states = std::make_unique<FifoState<float>[]>(2);
+  FifoStatus status[2] = {FifoStatus::Running, FifoStatus::Running};
+  std::thread sender([&] { status[0] = run_fifo_program<Plain<float>, SumOp>(programs[0], buffers[0], states[0], syncs[0]); });
+  const auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const std::uint64_t* fourth = w.in[1][0].ready + 3;  // slot 3's ready word, in rank 1's memory
+  while (HostSync{}.load_acquire(fourth) != 4 && std::chrono::steady_clock::now() < patience) std::this_thread::yield();
+  status[1] = run_fifo_program<Plain<float>, SumOp>(programs[1], buffers[1], states[1], syncs[1]);
+  sender.join();
+  CHECK(status[0] == FifoStatus::Done);
+  CHECK(status[1] == FifoStatus::Done);
+  CHECK(out == in);
+  CHECK(syncs[0].fences == 3);   // slots 0-1, 2-3, then the fifth chunk alone
+  CHECK(syncs[1].credits == 3);  // the same batches, received
+  CHECK(credits_home(w, 0));
 }
 
 TEST_CASE("a long ring queues more sends than any fixed bound, and finishes", "[fifo_program]") {
