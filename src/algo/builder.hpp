@@ -101,5 +101,9 @@ inline std::uint64_t slice_elems(const ScheduleRequest& req) {
 inline std::uint64_t align_elems(const ScheduleRequest& req) {
   return std::max<std::uint64_t>(1, 64 / req.elem_size);
 }
+// Elements from one rank's block of a gathered buffer to the next.
+inline std::uint64_t block_stride(const ScheduleRequest& req) {
+  return req.block_stride == 0 ? req.count : req.block_stride;
+}
 
 }  // namespace kizuna::algo

@@ -60,8 +60,9 @@ void ring_all_gather(const ScheduleRequest& req, RankSchedule& out) {
   const int n = req.world_size;
   const int r = req.rank;
   const std::uint64_t count = req.count;
+  const std::uint64_t stride = block_stride(req);
   out.input_count = count;
-  out.output_count = count * n;
+  out.output_count = stride * (n - 1) + count;
   StepWriter w(out.steps);
   const int next = mod(r + 1, n);
   const int prev = mod(r - 1, n);
@@ -70,10 +71,10 @@ void ring_all_gather(const ScheduleRequest& req, RankSchedule& out) {
     const Range s = slice({0, count}, se, k);
     // step 0: send our block straight from the input and place it in the output
     if (n > 1) w.send(next, Buffer::Input, s.offset, s.count);
-    w.copy(Buffer::Input, s.offset, Buffer::Output, r * count + s.offset, s.count);
+    w.copy(Buffer::Input, s.offset, Buffer::Output, r * stride + s.offset, s.count);
   }
   for (int p = 1; p <= n - 1; ++p) {
-    const std::uint64_t base = static_cast<std::uint64_t>(mod(r - p, n)) * count;
+    const std::uint64_t base = static_cast<std::uint64_t>(mod(r - p, n)) * stride;
     for (std::uint64_t k = 0; k < slice_count(count, se); ++k) {
       const Range s = slice({base, count}, se, k);
       if (p < n - 1) w.recv_copy_send(prev, next, Buffer::Output, s.offset, s.count);
@@ -86,7 +87,8 @@ void ring_reduce_scatter(const ScheduleRequest& req, RankSchedule& out) {
   const int n = req.world_size;
   const int r = req.rank;
   const std::uint64_t count = req.count;
-  out.input_count = count * n;
+  const std::uint64_t stride = block_stride(req);
+  out.input_count = stride * (n - 1) + count;
   out.output_count = count;
   StepWriter w(out.steps);
   if (n == 1) {
@@ -101,7 +103,7 @@ void ring_reduce_scatter(const ScheduleRequest& req, RankSchedule& out) {
   const std::uint64_t se = slice_elems(req);
   for (int p = 0; p <= n - 1; ++p) {
     // rank r handles block (r - p - 1) at step p and ends with block r
-    const std::uint64_t base = static_cast<std::uint64_t>(mod(r - p - 1, n)) * count;
+    const std::uint64_t base = static_cast<std::uint64_t>(mod(r - p - 1, n)) * stride;
     const std::uint64_t scratch = static_cast<std::uint64_t>(p % 2) * count;
     for (std::uint64_t k = 0; k < slice_count(count, se); ++k) {
       const Range s = slice({0, count}, se, k);

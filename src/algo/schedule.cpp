@@ -110,6 +110,8 @@ RankSchedule make_schedule(const ScheduleRequest& req) {
                    " is out of range for world size ", req.world_size);
   KIZUNA_CHECK_ARG(req.elem_size > 0, "element size must be positive");
   KIZUNA_CHECK_ARG(req.algorithm != Algorithm::Auto, "a schedule needs an algorithm, not auto");
+  KIZUNA_CHECK_ARG(req.block_stride == 0 || req.block_stride >= req.count, "rank blocks ", req.block_stride,
+                   " elements apart would overlap: each holds ", req.count);
   KIZUNA_CHECK_ARG(req.node_of.empty() || static_cast<int>(req.node_of.size()) == req.world_size,
                    "node map of ", req.node_of.size(), " ranks for world size ", req.world_size);
   RankSchedule out;

@@ -94,6 +94,12 @@ struct ScheduleRequest {
   int rank = 0;
   int root = 0;              // Broadcast and Reduce
   std::uint64_t count = 0;   // elements: per rank for AllGather (input) and ReduceScatter (output)
+  // AllGather's Output and ReduceScatter's Input hold one block of `count`
+  // per rank; rank q's starts at q * block_stride (0: at q * count, side by
+  // side). A device call cut into parts (comm/device_parts.hpp) runs each
+  // part as the collective of its `count` elements per rank, its buffers
+  // starting at the part's offset and the blocks a whole share apart.
+  std::uint64_t block_stride = 0;
   std::uint64_t elem_size = 4;
   std::uint64_t slice_bytes = 512 << 10;  // pipelining unit
   // The node of every rank (empty: all on one node). When an all-reduce

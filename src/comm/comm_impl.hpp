@@ -212,8 +212,9 @@ struct Communicator::Impl : std::enable_shared_from_this<Communicator::Impl> {
   void make_work(const std::shared_ptr<Task>& task);
 
   // --- running one task (execute.cpp)
-  // (collective, algorithm, root, count, element size): see schedule_key().
-  using ScheduleKey = std::tuple<int, int, int, std::uint64_t, std::uint64_t>;
+  // (collective, algorithm, root, count, element size, block stride): see
+  // schedule_key().
+  using ScheduleKey = std::tuple<int, int, int, std::uint64_t, std::uint64_t, std::uint64_t>;
   // Schedules of recent calls: training repeats the same few shapes, and a
   // small all-reduce should not pay for building its schedule every time.
   std::map<ScheduleKey, std::shared_ptr<const algo::RankSchedule>> schedules;

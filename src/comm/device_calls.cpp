@@ -73,13 +73,17 @@ Work Communicator::Impl::launch_direct(const comm::Call& c, const comm::StageReq
   const std::size_t elem = size_of(c.dtype);
   comm::DirectCall call;
   std::size_t steps = 0;
-  // Large splittable calls run as several parts at once, one block each.
-  // (The tables are copied to the device during launch: clearing the cache
-  // between calls leaves nothing dangling.)
-  const auto parts = comm::split_parts(c.collective, c.count, elem, device->direct_parts(), tuning.direct_part_bytes);
+  // Large calls run as several parts at once, one block each; an
+  // all-gather's or reduce-scatter's parts address the rank blocks of the
+  // whole call (comm/device_parts.hpp). (The tables are copied to the
+  // device during launch: clearing the cache between calls leaves nothing
+  // dangling.)
+  const auto parts = comm::split_parts(c.collective, c.count, elem, device->direct_parts(), tuning.direct_part_bytes,
+                                       comm::RankBlocks::Strided);
   if (direct_tables.size() + parts.size() > 64) direct_tables.clear();
   for (const comm::DevicePart& part : parts) {
-    const algo::ScheduleRequest req = request_for(c, a, part.count);
+    algo::ScheduleRequest req = request_for(c, a, part.count);
+    if (part.count != c.count) req.block_stride = c.count;
     auto it = direct_tables.find(schedule_key(req));
     if (it == direct_tables.end()) {
       const algo::RankSchedule schedule = algo::make_schedule(req);

@@ -5,9 +5,9 @@
 namespace kizuna::comm {
 
 std::vector<DevicePart> split_parts(algo::Collective c, std::uint64_t count, std::size_t elem, int max_parts,
-                                    std::size_t min_part_bytes) {
-  const bool splits = c == algo::Collective::AllReduce || c == algo::Collective::Broadcast ||
-                      c == algo::Collective::Reduce;
+                                    std::size_t min_part_bytes, RankBlocks blocks) {
+  const bool by_rank = c == algo::Collective::AllGather || c == algo::Collective::ReduceScatter;
+  const bool splits = by_rank ? blocks == RankBlocks::Strided : c != algo::Collective::Barrier;
   const std::uint64_t bytes = count * elem;
   std::uint64_t parts = 1;
   if (splits && max_parts > 1 && min_part_bytes > 0)

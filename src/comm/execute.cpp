@@ -287,7 +287,7 @@ algo::ScheduleRequest Communicator::Impl::request_for(const comm::Call& c, algo:
 // What tells a rank's schedules apart, as the caches key them.
 Communicator::Impl::ScheduleKey Communicator::Impl::schedule_key(const algo::ScheduleRequest& req) {
   return {static_cast<int>(req.collective), static_cast<int>(req.algorithm) | (req.confirm ? 16 : 0), req.root,
-          req.count, req.elem_size};
+          req.count, req.elem_size, req.block_stride};
 }
 
 // The host's schedule of `request`, cached. Its broadcasts and reduces

@@ -146,6 +146,68 @@ TEST_CASE("schedule requests are validated", "[schedule]") {
   CHECK_THROWS_WITH(algo::make_schedule(req), Catch::Contains("root -1"));
 }
 
+TEST_CASE("all-gather and reduce-scatter with rank blocks a stride apart use only their blocks", "[schedule]") {
+  // A device call's part (comm/device_parts.hpp): `count` elements of each
+  // rank's share, the blocks `stride` apart. Every element between the
+  // blocks must keep its value; the blocks must hold the serial result.
+  constexpr std::int32_t kUntouched = -7;
+  for (int world : {1, 2, 3, 5}) {
+    for (std::uint64_t count : {1, 13, 1009}) {
+      const std::uint64_t stride = count + 37;
+      const std::uint64_t span = stride * (world - 1) + count;
+      for (Collective coll : {Collective::AllGather, Collective::ReduceScatter}) {
+        CAPTURE(world, count, algo::name(coll));
+        std::vector<algo::RankSchedule> schedules;
+        for (int r = 0; r < world; ++r) {
+          algo::ScheduleRequest req;
+          req.collective = coll;
+          req.world_size = world;
+          req.rank = r;
+          req.count = count;
+          req.elem_size = 4;
+          req.slice_bytes = 256;
+          req.block_stride = stride;
+          schedules.push_back(algo::make_schedule(req));
+        }
+        const bool gather = coll == Collective::AllGather;
+        std::vector<std::vector<std::int32_t>> in(world), out(world);
+        std::vector<algo::SimRank> bufs(world);
+        auto value = [](int r, std::uint64_t q, std::uint64_t i) { return std::int32_t(r * 100000 + q * 1000 + i); };
+        for (int r = 0; r < world; ++r) {
+          in[r].assign(gather ? count : span, kUntouched);
+          out[r].assign(gather ? span : count, kUntouched);
+          for (std::uint64_t q = 0; q < (gather ? 1u : std::uint64_t(world)); ++q)
+            for (std::uint64_t i = 0; i < count; ++i) in[r][q * stride + i] = value(r, q, i);
+          REQUIRE(schedules[r].input_count == in[r].size());
+          REQUIRE(schedules[r].output_count == out[r].size());
+          bufs[r] = {reinterpret_cast<unsigned char*>(in[r].data()), reinterpret_cast<unsigned char*>(out[r].data())};
+        }
+        algo::simulate(schedules, DataType::Int32, ReduceOp::Sum, bufs);
+        for (int r = 0; r < world; ++r) {
+          CAPTURE(r);
+          for (std::uint64_t x = 0; x < out[r].size(); ++x) {
+            const std::uint64_t q = x / stride, i = x % stride;
+            std::int32_t expected = kUntouched;
+            if (!gather) {
+              expected = 0;
+              for (int p = 0; p < world; ++p) expected += value(p, std::uint64_t(r), x);
+            } else if (i < count) {
+              expected = value(int(q), 0, i);
+            }
+            if (out[r][x] != expected) FAIL("output element " << x << ": " << out[r][x] << ", expected " << expected);
+          }
+        }
+      }
+    }
+  }
+  algo::ScheduleRequest overlapping;
+  overlapping.collective = Collective::AllGather;
+  overlapping.world_size = 2;
+  overlapping.count = 10;
+  overlapping.block_stride = 9;
+  CHECK_THROWS_WITH(algo::make_schedule(overlapping), Catch::Contains("would overlap"));
+}
+
 TEST_CASE("ring all-reduce moves 2(N-1)/N of the buffer per rank", "[schedule]") {
   algo::ScheduleRequest req;
   req.collective = Collective::AllReduce;

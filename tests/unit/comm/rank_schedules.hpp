@@ -16,7 +16,7 @@ namespace kizuna::test {
 // Rank 0..world-1's schedules, the root (of rooted collectives) in the middle.
 inline std::vector<algo::RankSchedule> rank_schedules(algo::Collective c, algo::Algorithm a, int world,
                                                       std::uint64_t count, std::size_t elem,
-                                                      std::uint64_t slice_bytes) {
+                                                      std::uint64_t slice_bytes, std::uint64_t block_stride = 0) {
   std::vector<algo::RankSchedule> out;
   for (int r = 0; r < world; ++r) {
     algo::ScheduleRequest req;
@@ -28,6 +28,7 @@ inline std::vector<algo::RankSchedule> rank_schedules(algo::Collective c, algo::
     req.count = count;
     req.elem_size = elem;
     req.slice_bytes = slice_bytes;
+    req.block_stride = block_stride;
     out.push_back(algo::make_schedule(req));
   }
   return out;

@@ -73,8 +73,8 @@ struct World {
 };
 
 std::vector<algo::RankSchedule> schedules_for(Collective c, Algorithm a, int world, std::uint64_t count,
-                                              std::size_t elem) {
-  return rank_schedules(c, a, world, count, elem, 48);
+                                              std::size_t elem, std::uint64_t block_stride = 0) {
+  return rank_schedules(c, a, world, count, elem, 48, block_stride);
 }
 
 // Whether every chunk rank r sent through `w` has come home as a credit in
@@ -515,33 +515,43 @@ TEST_CASE("split_parts cuts only what splits, on 256-byte boundaries", "[fifo_pr
     REQUIRE(split_parts(c, 3 << 16, 4, 8, 1 << 18).size() == 3);    // 768 KiB: 3 parts
     REQUIRE(covers(split_parts(c, 100003, 2, 5, 1000), 100003));
   }
-  for (Collective c : {Collective::AllGather, Collective::ReduceScatter})
+  for (Collective c : {Collective::AllGather, Collective::ReduceScatter}) {
+    // Their parts need rank blocks a stride apart: whole for a runner without.
     REQUIRE(split_parts(c, 1 << 20, 4, 8, 1 << 18).size() == 1);
+    REQUIRE(split_parts(c, 1 << 20, 4, 8, 1 << 18, comm::RankBlocks::Strided).size() == 8);
+    REQUIRE(covers(split_parts(c, 100003, 2, 5, 1000, comm::RankBlocks::Strided), 100003));
+  }
+  REQUIRE(split_parts(Collective::Barrier, 1 << 20, 4, 8, 1 << 18, comm::RankBlocks::Strided).size() == 1);
   REQUIRE(split_parts(Collective::AllReduce, 0, 4, 8, 1).size() == 1);
 }
 
 TEST_CASE("a collective cut into parts, each walked on its own channels, equals the whole", "[fifo_program]") {
   // What the kernel's blocks do: each part is the same collective on fewer
-  // elements at an offset, on channels of its own; together they must give
-  // the simulator's result for the whole call, bit for bit.
+  // elements at an offset, on channels of its own (all-gather's and
+  // reduce-scatter's the same range of every rank's share); together they
+  // must give the simulator's result for the whole call, bit for bit.
   using namespace kizuna::kernels;
   for (DataType dtype : {DataType::Float32, DataType::Float16}) {
     const CollectiveReference ref(dtype, ReduceOp::Sum);
     const std::size_t elem = ref.elem();
     for (int world : {2, 3, 4}) {
-      for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
+      for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce, Collective::AllGather,
+                           Collective::ReduceScatter}) {
         for (Algorithm a : {Algorithm::Ring, Algorithm::Tree}) {
-          const std::uint64_t count = 4099;
-          const auto parts = comm::split_parts(c, count, elem, 3, 1024);
+          // All-gather's and reduce-scatter's count is per rank; their
+          // parts' schedules address rank blocks a whole share apart.
+          const bool by_rank = c == Collective::AllGather || c == Collective::ReduceScatter;
+          const std::uint64_t count = by_rank ? 1031 : 4099;
+          const auto parts = comm::split_parts(c, count, elem, 3, by_rank ? 256 : 1024, comm::RankBlocks::Strided);
           CAPTURE(name(dtype), world, algo::name(c), algo::name(a), parts.size());
           REQUIRE(parts.size() == 3);
           Simulated s = simulate_ranks(ref, schedules_for(c, a, world, count, elem), dtype, ReduceOp::Sum);
           auto& in = s.in;
           auto& out = s.out;
-          for (auto& o : out) o.resize(count * elem);  // a non-root's reduce output too: every part's start is inside
+          for (auto& o : out) o.resize(std::max(o.size(), count * elem));  // a non-root's reduce output too: every part's start is inside
           for (const comm::DevicePart& part : parts) {
             World w(world, 2, 64);
-            const auto schedules = schedules_for(c, a, world, part.count, elem);
+            const auto schedules = schedules_for(c, a, world, part.count, elem, by_rank ? count : 0);
             std::vector<unsigned char*> pin, pout;
             for (int r = 0; r < world; ++r) {
               pin.push_back(in[r].data() + part.offset * elem);

@@ -79,12 +79,15 @@ std::string run_on_device(Communicator& comm, EmulatedStream& stream, Op o, Data
 std::vector<Case> cases_for(int world) {
   std::vector<Case> cases = standard_cases(world, {DataType::Float32, DataType::BFloat16, DataType::Int64},
                                            {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg});
-  // In parts: the splittable collectives, large enough for three.
+  // In parts: the splittable collectives, large enough for three; and
+  // all-gather and reduce-scatter, in parts GPU to GPU (whole staged).
   for (bool in_place : {false, true}) {
     cases.push_back({Op::AllReduce, DataType::Float32, ReduceOp::Avg, kPartedCount, in_place});
     cases.push_back({Op::AllReduce, DataType::Int64, ReduceOp::Max, kPartedCount / 2, in_place});
     cases.push_back({Op::Reduce, DataType::Float32, ReduceOp::Sum, kPartedCount, in_place});
     cases.push_back({Op::Broadcast, DataType::Float32, ReduceOp::Sum, kPartedCount, in_place});
+    cases.push_back({Op::AllGather, DataType::Float32, ReduceOp::Sum, kPartedCount / 4, in_place});
+    cases.push_back({Op::ReduceScatter, DataType::Float32, ReduceOp::Avg, kPartedCount / 4, in_place});
   }
   return cases;
 }
