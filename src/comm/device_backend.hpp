@@ -61,8 +61,8 @@ class DeviceBackend {
   // Joins this rank's device to its peers' for direct calls, collectively
   // over `store` (every rank of the communicator calls it). False, with
   // `why`, when that is not possible on every rank: then no rank uses
-  // direct calls.
-  virtual bool connect(Store& store, const std::string& prefix, int rank, int world,
+  // direct calls. The backend may keep the store, for its teardown.
+  virtual bool connect(const std::shared_ptr<Store>& store, const std::string& prefix, int rank, int world,
                        std::chrono::milliseconds timeout, std::string* why) {
     (void)store, (void)prefix, (void)rank, (void)world, (void)timeout;
     *why = "this device backend has no direct path";

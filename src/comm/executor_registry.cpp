@@ -2,6 +2,7 @@
 #include <kizuna/config.hpp>
 
 #include "comm/device_backend.hpp"
+#include "comm/store_barrier.hpp"
 #include "core/check.hpp"
 #include "core/env.hpp"
 
@@ -14,6 +15,12 @@ namespace kizuna::comm {
 
 #if KIZUNA_HAS_CUDA
 namespace {
+
+// How long a world being destroyed waits for its peers to close their
+// mappings of its memory before it leaves that memory to the process's
+// end: the ranks of a job end their communicators at about the same time,
+// and one that comes later costs only memory until its process ends.
+constexpr std::chrono::seconds kPeersCloseWait{2};
 
 class CudaQueue final : public DeviceQueue {
  public:
@@ -46,14 +53,20 @@ class CudaBackend final : public DeviceBackend {
     return "cuda:" + std::to_string(index_) + " (" + cuda::device_name(index_) + "), " +
            (ipc_ ? ipc_->how() : std::string("staged through pinned host memory"));
   }
-  bool connect(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout,
-               std::string* why) override {
+  bool connect(const std::shared_ptr<Store>& store, const std::string& prefix, int rank, int world,
+               std::chrono::milliseconds timeout, std::string* why) override {
     try {
       cuda::IpcGeometry geometry;
       const core::Env& env = core::Env::get();
       if (env.cuda_channels > 0) geometry.blocks = static_cast<std::uint32_t>(env.cuda_channels);
       if (env.cuda_slot_bytes > 0) geometry.slot_bytes = static_cast<std::uint32_t>(env.cuda_slot_bytes);
-      ipc_ = cuda::IpcWorld::connect(store, prefix, rank, world, index_, geometry, timeout);
+      // At teardown, once this rank has closed its mappings of the peers'
+      // memory: whether every peer has closed its mapping of this rank's
+      // (cuda/ipc_world.hpp). The store stays with the world for it.
+      auto peers_closed = [store, key = prefix + "/closed", rank, world] {
+        return store_barrier_within(*store, key, rank, world, kPeersCloseWait);
+      };
+      ipc_ = cuda::IpcWorld::connect(*store, prefix, rank, world, index_, geometry, timeout, std::move(peers_closed));
       return true;
     } catch (const Error& e) {
       *why = e.what();

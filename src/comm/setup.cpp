@@ -259,7 +259,7 @@ void Communicator::Impl::set_up_device(Clock::duration setup) {
   std::string why;
   const auto timeout = std::min<std::chrono::milliseconds>(
       std::chrono::duration_cast<std::chrono::milliseconds>(setup), std::chrono::seconds(60));
-  paths.device_direct = device->connect(*options.store, name + "/cuda-ipc", rank, world, timeout, &why);
+  paths.device_direct = device->connect(options.store, name + "/cuda-ipc", rank, world, timeout, &why);
   if (!paths.device_direct) {
     KIZUNA_LOG(Warn) << "communicator " << name << ": device collectives are staged through host memory: " << why;
   }

@@ -109,6 +109,8 @@ struct IpcWorld::State {
   std::vector<void*> peers;            // the peers' inbound channels, mapped
   std::vector<bool> opened;            // peers[p] came from cudaIpcOpenMemHandle (else: same process)
   int same_process = 0;                // peers that are threads of this process
+  // At teardown: whether every peer has closed its mapping of `mine`.
+  std::function<bool()> peers_closed;
   // Per block b, peer p: [b * world + p].
   kernels::FifoChannel* d_in = nullptr;
   kernels::FifoChannel* d_out = nullptr;
@@ -170,12 +172,19 @@ struct IpcWorld::State {
     const bool quiet = !aborted && (!launched || credits_home_within(kCreditsWait));
     for (std::size_t p = 0; p < peers.size(); ++p)
       if (peers[p] && opened[p]) cudaIpcCloseMemHandle(peers[p]);
+    // Peers in other processes mapped `mine` with cudaIpcOpenMemHandle,
+    // and freeing it before they close that mapping is undefined: every
+    // rank closes its mappings above, then they meet (peers_closed, a
+    // barrier with a deadline) before any frees. An aborted world skips
+    // the meeting (its store may be gone with a dead rank) and leaks.
+    const bool exported = world - 1 > same_process;
+    const bool unmapped = !exported || (!aborted && peers_closed && peers_closed());
     cudaFree(scratch);
     cudaFree(pending);
     cudaFree(d_in);
     cudaFree(d_out);
     cudaFree(d_counters);
-    if (quiet) cudaFree(mine);
+    if (quiet && unmapped) cudaFree(mine);
     if (last) cudaEventDestroy(last);
     if (uploads) cudaStreamDestroy(uploads);
     if (abort_host) cudaFreeHost(abort_host);
@@ -240,7 +249,8 @@ IpcWorld::IpcWorld(std::unique_ptr<State> state) : state_(std::move(state)) {}
 IpcWorld::~IpcWorld() = default;
 
 std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& prefix, int rank, int world,
-                                            int device, IpcGeometry geometry, std::chrono::milliseconds timeout) {
+                                            int device, IpcGeometry geometry, std::chrono::milliseconds timeout,
+                                            std::function<bool()> peers_closed) {
   KIZUNA_CHECK_ARG(world <= kernels::kFifoMaxRanks, "CUDA IPC collectives take at most ", kernels::kFifoMaxRanks,
                    " ranks, not ", world);
   KIZUNA_CHECK_ARG(geometry.slots > 0 && geometry.slot_bytes > 0 && geometry.slot_bytes % 256 == 0 &&
@@ -252,6 +262,7 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   st->world = world;
   st->device = device;
   st->geometry = geometry;
+  st->peers_closed = std::move(peers_closed);
   st->peers.assign(world, nullptr);
   st->opened.assign(world, false);
 

@@ -57,8 +57,14 @@ class IpcWorld {
  public:
   using Done = std::function<void(std::exception_ptr)>;
 
+  // `peers_closed` is called once, as the world is destroyed, after this
+  // rank has closed its mappings of the peers' memory, when some peer is
+  // another process: true when every peer has closed its mapping of this
+  // rank's memory too (a barrier among the ranks, with a deadline). Only
+  // then is that memory freed; otherwise it is left to the process's end.
   static std::unique_ptr<IpcWorld> connect(Store& store, const std::string& prefix, int rank, int world, int device,
-                                           IpcGeometry geometry, std::chrono::milliseconds timeout);
+                                           IpcGeometry geometry, std::chrono::milliseconds timeout,
+                                           std::function<bool()> peers_closed);
   ~IpcWorld();
   IpcWorld(const IpcWorld&) = delete;
   IpcWorld& operator=(const IpcWorld&) = delete;

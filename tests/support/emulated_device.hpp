@@ -309,10 +309,10 @@ class EmulatedBackend final : public comm::DeviceBackend {
   }
   comm::DeviceQueue& queue() override { return queue_; }
 
-  bool connect(Store& store, const std::string& prefix, int rank, int world, std::chrono::milliseconds timeout,
-               std::string* why) override {
+  bool connect(const std::shared_ptr<Store>& store, const std::string& prefix, int rank, int world,
+               std::chrono::milliseconds timeout, std::string* why) override {
     if (!direct_) return comm::DeviceBackend::connect(store, prefix, rank, world, timeout, why);
-    join_ = std::make_unique<EmulatedJoin>(store, prefix, rank, world, timeout);
+    join_ = std::make_unique<EmulatedJoin>(*store, prefix, rank, world, timeout);
     return true;
   }
   // Each call on its stream; the tables are copied now, as launch() copies
