@@ -255,13 +255,17 @@ bool Communicator::Impl::holds_result(const comm::Call& c) const {
 }
 
 // The algorithm of a call on the Schedule route: as forced, else a measured
-// profile's (docs/tuning.md#tuner), else the cost model's. A forced
-// algorithm that has no form for this collective runs as Ring.
+// profile's (docs/tuning.md#tuner), else the cost model's; GPU to GPU the
+// model's under the device link (docs/tuning.md#device-link-model), every
+// rank on one node. A forced algorithm that has no form for this
+// collective runs as Ring.
 algo::Algorithm Communicator::Impl::choose(const comm::Call& c, comm::Buffers buffers,
                                            comm::Placement placement) const {
   const Algorithm forced = tuning.algorithm;
   if (forced == Algorithm::Ring || forced == Algorithm::Tree) return forced;
   if (forced != Algorithm::Auto) return c.collective == Collective::AllReduce ? forced : Algorithm::Ring;
+  if (buffers == comm::Buffers::Device)
+    return algo::choose_algorithm(c.collective, c.bytes(), world, tuning.device_link, true);
   if (c.collective == Collective::AllReduce)
     if (const auto measured = comm::profiled_algorithm(c.bytes(), buffers, placement, tuning)) return *measured;
   return algo::choose_algorithm(c.collective, c.bytes(), tuning.hierarchical ? topology.nodes : world, tuning.link,

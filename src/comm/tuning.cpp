@@ -54,6 +54,10 @@ Settings settings_from(const CommOptions& options, const core::Env& env) {
   s.spin_us = int_or_auto(env.spin_us);
   s.yield_us = int_or_auto(env.yield_us);
   s.tuning_file = options.tuning_file.empty() ? env.tuning_file : options.tuning_file;
+  if (env.cuda_link) {
+    const auto [alpha_us, mu_us, gbps] = *env.cuda_link;
+    s.device_link = algo::LinkModel{alpha_us, 1e-3 / gbps, mu_us};
+  }
   return s;
 }
 
@@ -172,6 +176,7 @@ Tuning make_tuning(const Settings& s, const Facts& f, const Profile* profile) {
   t.check = s.check;
   t.timeout = s.timeout;
 
+  if (s.device_link) t.device_link = *s.device_link;
   // docs/tuning.md#link-model
   if (t.shared_memory && t.single_host)
     t.link = algo::LinkModel{t.oversubscribed ? 15.0 : 2.0, 1.0 / 8000.0};
@@ -230,6 +235,7 @@ std::string Tuning::describe() const {
   if (link.large_all_reduce_from != UINT64_MAX)
     out << "; " << algo::name(link.large_all_reduce) << " from " << bytes_text(link.large_all_reduce_from);
   out << "; slices of " << bytes_text(slice_bytes) << "\n";
+
   if (!profile.empty()) {
     out << "  profile      " << profile << (private_bands.empty() && symmetric_bands.empty() ? " (link only: a route threshold is set)" : "") << "\n";
     auto measured = [](MeasuredPlacement p) -> std::string {
@@ -276,7 +282,8 @@ std::string Tuning::describe() const {
       << exec_tries << " tries; worker naps " << worker_nap.count() << " us, up to " << awake.count()
       << " ms while nothing is queued, while calls come within " << awake.count() << " ms\n";
   out << "  device       parts of " << bytes_text(direct_part_bytes) << " GPU to GPU, " << bytes_text(staged_part_bytes)
-      << " staged (at most " << staged_parts << ")\n";
+      << " staged (at most " << staged_parts << "); GPU to GPU link " << device_link.alpha_us << " us a round, "
+      << 1e-3 / device_link.beta_us_per_byte << " GB/s, " << device_link.message_us << " us a further message\n";
   out << "  deadlines    " << timeout.count() << " ms a call" << (check ? "; KIZUNA_CHECK on" : "");
   return out.str();
 }

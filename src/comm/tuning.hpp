@@ -49,6 +49,7 @@ struct Settings {
   core::StagedStores stores = core::StagedStores::Auto;
   std::optional<int> spin_us, yield_us;
   std::string tuning_file;  // "": none (only rank 0's is read)
+  std::optional<algo::LinkModel> device_link;  // KIZUNA_CUDA_LINK
 };
 
 // Throws InvalidArgument naming the option or variable that is wrong.
@@ -78,6 +79,10 @@ struct Tuning {
   // #large-all-reduce-over-tcp).
   Algorithm algorithm = Algorithm::Auto;
   algo::LinkModel link;
+  // GPU to GPU, the FIFO kernel's rounds (#device-link-model): a message
+  // a round of a block, every further one another round of the same block
+  // (a block sends one at a time), bytes at one block's rate.
+  algo::LinkModel device_link{3.4, 1.0 / 3000.0, 3.8};
   std::uint64_t slice_bytes = 512 << 10;
   bool check = false;
   std::chrono::milliseconds timeout{300'000};

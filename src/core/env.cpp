@@ -160,6 +160,26 @@ std::int64_t parse_int(std::string_view variable, std::string_view text, std::in
   return out;
 }
 
+std::array<double, 3> parse_link(std::string_view variable, std::string_view text) {
+  const std::string value = trim_lower(text);
+  std::array<double, 3> out{};
+  const char* p = value.data();
+  const char* end = value.data() + value.size();
+  bool ok = true;
+  for (std::size_t i = 0; i < out.size() && ok; ++i) {
+    if (i > 0) ok = p < end && *p++ == ',';
+    const auto result = std::from_chars(p, end, out[i]);
+    ok = ok && result.ec == std::errc() && std::isfinite(out[i]);
+    p = result.ptr;
+  }
+  ok = ok && p == end && out[0] > 0 && out[1] >= 0 && out[2] > 0;
+  if (!ok)
+    KIZUNA_THROW(ErrorCode::InvalidArgument, variable, "='", text,
+                 "' is not accepted; expected ALPHA_US,MU_US,GBPS: a round's microseconds (> 0), a further "
+                 "message's (>= 0) and the bandwidth in GB/s (> 0), e.g. 3.4,3.8,3");
+  return out;
+}
+
 const std::vector<std::string_view>& Env::known_variables() {
   static const std::vector<std::string_view> names{
       "KIZUNA_LOG",
@@ -191,6 +211,7 @@ const std::vector<std::string_view>& Env::known_variables() {
       "KIZUNA_CUDA_CHANNELS",
       "KIZUNA_PORT_RANGE",
       "KIZUNA_CUDA_SLOT_BYTES",
+      "KIZUNA_CUDA_LINK",
       "KIZUNA_JOIN",
   };
   return names;
@@ -310,6 +331,8 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
       KIZUNA_THROW(ErrorCode::InvalidArgument, "KIZUNA_CUDA_SLOT_BYTES='", *v,
                    "' is out of range; accepted: 4K .. 16M, a multiple of 256");
   }
+
+  if (auto v = lookup("KIZUNA_CUDA_LINK")) env.cuda_link = parse_link("KIZUNA_CUDA_LINK", *v);
 
   const auto& known = known_variables();
   for (const std::string& name : names) {

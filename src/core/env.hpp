@@ -13,6 +13,7 @@
 // docs/env.md lists every variable; a unit test checks the two agree.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -77,6 +78,9 @@ struct Env {
   // The ports a rank may listen on (lo, hi); 0, 0: any the OS gives.
   int port_low = 0, port_high = 0;                     // KIZUNA_PORT_RANGE
   std::uint64_t cuda_slot_bytes = 0;                   // KIZUNA_CUDA_SLOT_BYTES
+  // The GPU-to-GPU link model: a round's us, a further message's us, GB/s
+  // (docs/tuning.md#device-link-model); unset: the defaults.
+  std::optional<std::array<double, 3>> cuda_link;      // KIZUNA_CUDA_LINK
 
   // Set variables whose names start with KIZUNA_ but that Env does not know,
   // each as a ready-to-log sentence.
@@ -120,5 +124,9 @@ std::int64_t parse_int(std::string_view variable, std::string_view text, std::in
 // "LOW-HIGH" with 1 <= LOW <= HIGH <= 65535 (KIZUNA_PORT_RANGE, kizuna-run
 // --port-range); otherwise InvalidArgument naming `variable` and the form.
 std::pair<int, int> parse_port_range(std::string_view variable, std::string_view text);
+// "ALPHA_US,MU_US,GBPS": a round's microseconds (> 0), a further message's
+// (>= 0) and the bandwidth in GB/s (> 0); InvalidArgument naming
+// `variable` otherwise.
+std::array<double, 3> parse_link(std::string_view variable, std::string_view text);
 
 }  // namespace kizuna::core

@@ -17,7 +17,8 @@
 # copy rate, reduce kernels, ranks as threads of one process on the kernel
 # path, the staged path; 3 MPS started and probed (else "IPC UNTESTED");
 # 4 under MPS: processes GPU to GPU through CUDA IPC, DDP; 5 kizuna-perf
-# --device cuda sweeps, 8 B .. 256 MiB, 2/4/8 ranks, threads and processes;
+# --device cuda sweeps, 8 B .. 256 MiB, 2/4/8 ranks, threads and processes,
+# and 8 B .. 4 MiB with each algorithm forced, 4 and 8 ranks as threads;
 # 6 a rank killed in a GPU-to-GPU and in a staged collective, MPS stopped.
 #
 # Output goes to the terminal line by line and to $OUT (default
@@ -97,9 +98,9 @@ step() {
 
 # Device for kizuna-perf: the GPU, or the CPU in a dry run (same flags).
 if [ $dry = 1 ]; then
-  device=cpu max=64K big=8K iters="-n 2 -w 1" path_word=cpu
+  device=cpu max=64K big=8K algo_max=16K iters="-n 2 -w 1" path_word=cpu
 else
-  device=cuda max=256M big=1M iters="-n 20 -w 5" path_word="GPU to GPU"
+  device=cuda max=256M big=1M algo_max=4M iters="-n 20 -w 5" path_word="GPU to GPU"
 fi
 # perf_sweep NAME LIMIT EXPECT ARGS...: a sweep whose every rank must report
 # the path EXPECT (in its "Rank N ... device D" line) and whose results
@@ -196,6 +197,15 @@ for shape in "16 131072" "8 524288" "16 524288"; do
   perf_sweep "kizuna-perf, 2 ranks as threads, $1 channel sets of $2-byte slots" 60 "$path_word" \
     env KIZUNA_CUDA_CHANNELS=$1 KIZUNA_CUDA_SLOT_BYTES=$2 "$perf" --device "$device" --threads 2 -b "$big" -e "$max" -f 4 \
     $iters -c 1 --json "$work/json/threads-2-c$1-s$2.json"
+done
+# Every algorithm forced, for fitting the device link model
+# (docs/tuning.md#device-link-model).
+for n in 4 8; do
+  for a in oneshot twoshot doubling tree ring; do
+    perf_sweep "kizuna-perf, $n ranks as threads, $a forced" 30 "$path_word" \
+      "$perf" --device "$device" --threads $n --algo $a -b 8 -e "$algo_max" -f 4 $iters -c 1 \
+      --json "$work/json/algo-$a-$n.json"
+  done
 done
 if [ $mps = 1 ] || [ $dry = 1 ]; then
   for n in 2 4 8; do

@@ -150,6 +150,36 @@ TEST_CASE("settings: an option wins over its variable, and bad ones name themsel
              Catch::Contains("CommOptions.mailbox_upto"));
 }
 
+TEST_CASE("tuning: GPU to GPU the device link picks by the kernel's rounds, not the host's link", "[comm][tuning]") {
+  // docs/tuning.md#device-link-model: a block sends one message a round,
+  // so one- and two-shot's many messages cost rounds that the host's
+  // shared memory does not charge; small calls go one-shot with 2 ranks
+  // and doubling with more, large ones round the ring.
+  const Tuning t = make_tuning(Settings{}, node(8, 16));
+  using algo::Algorithm;
+  auto pick = [&](int world, std::uint64_t bytes) {
+    return algo::choose_algorithm(algo::Collective::AllReduce, bytes, world, t.device_link, true);
+  };
+  CHECK(pick(2, 8) == Algorithm::OneShot);
+  CHECK(pick(2, 64 << 20) == Algorithm::Ring);
+  for (int world : {3, 4, 8}) {
+    CAPTURE(world);
+    CHECK(pick(world, 8) == Algorithm::Doubling);
+    CHECK(pick(world, 1 << 10) == Algorithm::Doubling);
+    CHECK(pick(world, 64 << 20) == Algorithm::Ring);
+  }
+  // The host's link, for the same shapes, goes one-shot and two-shot.
+  CHECK(algo::choose_algorithm(algo::Collective::AllReduce, 8, 8, t.link, true) == Algorithm::OneShot);
+  CHECK(algo::choose_algorithm(algo::Collective::AllReduce, 64 << 20, 8, t.link, true) == Algorithm::TwoShot);
+
+  // KIZUNA_CUDA_LINK replaces it whole.
+  const Tuning fitted = make_tuning(settings_from(CommOptions{}, env_of({{"KIZUNA_CUDA_LINK", "1.5,0.25,40"}})), node(4, 4));
+  CHECK(fitted.device_link.alpha_us == 1.5);
+  CHECK(fitted.device_link.message_us == 0.25);
+  CHECK(fitted.device_link.beta_us_per_byte == Approx(1e-3 / 40));
+  CHECK_THAT(fitted.describe(), Catch::Contains("GPU to GPU link 1.5 us a round, 40 GB/s, 0.25 us a further message"));
+}
+
 TEST_CASE("tuning: describe() prints every rule in one block", "[comm][tuning]") {
   const std::string text = make_tuning(Settings{}, node(2, 2)).describe();
   for (const char* line : {"machine", "algorithm", "mailbox", "symmetric", "staged", "stores", "waiting", "direct",

@@ -171,6 +171,21 @@ TEST_CASE("KIZUNA_TRANSPORT, KIZUNA_SHM_BYTES, KIZUNA_SPIN_US, KIZUNA_YIELD_US",
   CHECK(error_of({{"KIZUNA_YIELD_US", "soon"}}).find("KIZUNA_YIELD_US") != std::string::npos);
 }
 
+TEST_CASE("KIZUNA_CUDA_LINK takes a round's us, a further message's us and GB/s, and refuses the rest", "[env]") {
+  CHECK_FALSE(parse({}).cuda_link.has_value());
+  const auto link = parse({{"KIZUNA_CUDA_LINK", " 3.4,3.8,20 "}}).cuda_link;
+  REQUIRE(link.has_value());
+  CHECK((*link)[0] == 3.4);
+  CHECK((*link)[1] == 3.8);
+  CHECK((*link)[2] == 20.0);
+  CHECK(parse({{"KIZUNA_CUDA_LINK", "2,0,100"}}).cuda_link.has_value());  // a further message may be free
+  for (const char* bad : {"", "3.4", "3.4,3.8", "3.4,3.8,20,1", "0,1,1", "1,-1,1", "1,1,0", "a,b,c", "1;1;1",
+                          "inf,1,1", "1,1,1x"}) {
+    CAPTURE(bad);
+    CHECK(error_of({{"KIZUNA_CUDA_LINK", bad}}).find("KIZUNA_CUDA_LINK") != std::string::npos);
+  }
+}
+
 TEST_CASE("KIZUNA_CUDA_CHANNELS and KIZUNA_CUDA_SLOT_BYTES shape the GPU FIFOs, within range", "[env]") {
   CHECK(parse({}).cuda_channels == 0);
   CHECK(parse({}).cuda_slot_bytes == 0);
