@@ -13,6 +13,7 @@
 
 #include "comm/comm_impl.hpp"
 #include "core/check.hpp"
+#include "core/median.hpp"
 
 namespace kizuna::comm {
 namespace {
@@ -56,12 +57,6 @@ double time_calls(Communicator& comm, float* buffer, std::size_t count, int call
   const auto start = Clock::now();
   for (int i = 0; i < calls; ++i) sum(comm, buffer, count);
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // The candidates that apply on the communicator `first` describes; the
@@ -257,7 +252,7 @@ std::vector<ProfileSection> sections_from(const ProfileSection& blank, const std
         std::vector<double> mine;
         for (std::size_t k = 0; k < times.size(); ++k)
           if (kept(k)) mine.push_back(times[k]);
-        row.us.push_back(mine.empty() ? std::nan("") : median(mine));
+        row.us.push_back(mine.empty() ? std::nan("") : core::median(mine));
       }
       section.rows.push_back(std::move(row));
     }

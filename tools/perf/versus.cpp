@@ -14,6 +14,7 @@
 #include "comm/calibrate.hpp"
 #include "comm/comm_impl.hpp"
 #include "comm/mailbox.hpp"
+#include "core/median.hpp"
 #include "data.hpp"
 
 namespace kizuna::perf {
@@ -41,12 +42,6 @@ std::uint64_t check(Contender& c, const ClosedForm& data, std::size_t count) {
                  c.name.c_str(), count * 4, static_cast<unsigned long long>(wrong), first.c_str());
   std::memset(c.buffer, 0, count * 4);
   return wrong;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string write_json(const VersusArgs& a, int world, std::int64_t wrong, const std::vector<Contender>& contenders,
@@ -166,7 +161,7 @@ int run_versus(const CommOptions& base, const VersusArgs& a) {
       std::printf("  %10llu", static_cast<unsigned long long>(a.sizes[i]));
       for (std::size_t w = 0; w < contenders.size(); ++w)
         if (runs[i][w].empty()) std::printf(" %10s", "-");
-        else std::printf(" %10.4g", median(runs[i][w]));
+        else std::printf(" %10.4g", core::median(runs[i][w]));
       std::printf("\n");
     }
     std::printf("# wrong elements: %lld\n", static_cast<long long>(wrong));

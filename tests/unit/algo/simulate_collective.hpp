@@ -26,6 +26,7 @@ struct SimCase {
   int root = 0;
   std::vector<int> node_of;  // empty: one node
   bool confirm = false;      // broadcast and reduce confirm their one-way edges
+  std::uint64_t block_stride = 0;  // all-gather's and reduce-scatter's rank blocks (0: side by side)
 };
 
 inline std::string describe(const SimCase& c) {
@@ -55,6 +56,7 @@ inline std::vector<algo::RankSchedule> schedules_of(const SimCase& c) {
     req.slice_bytes = c.slice_bytes;
     req.node_of = c.node_of;
     req.confirm = c.confirm;
+    req.block_stride = c.block_stride;
     schedules.push_back(algo::make_schedule(req));
   }
   return schedules;

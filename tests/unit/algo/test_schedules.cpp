@@ -157,18 +157,14 @@ TEST_CASE("all-gather and reduce-scatter with rank blocks a stride apart use onl
       const std::uint64_t span = stride * (world - 1) + count;
       for (Collective coll : {Collective::AllGather, Collective::ReduceScatter}) {
         CAPTURE(world, count, algo::name(coll));
-        std::vector<algo::RankSchedule> schedules;
-        for (int r = 0; r < world; ++r) {
-          algo::ScheduleRequest req;
-          req.collective = coll;
-          req.world_size = world;
-          req.rank = r;
-          req.count = count;
-          req.elem_size = 4;
-          req.slice_bytes = 256;
-          req.block_stride = stride;
-          schedules.push_back(algo::make_schedule(req));
-        }
+        SimCase c;
+        c.collective = coll;
+        c.world = world;
+        c.count = count;
+        c.dtype = DataType::Int32;
+        c.slice_bytes = 256;
+        c.block_stride = stride;
+        const std::vector<algo::RankSchedule> schedules = schedules_of(c);
         const bool gather = coll == Collective::AllGather;
         std::vector<std::vector<std::int32_t>> in(world), out(world);
         std::vector<algo::SimRank> bufs(world);
