@@ -137,6 +137,8 @@ KIZUNA_HD bool packs_aligned(const StepStreams<S>& s) {
 // `groups`): every load is issued before any store, so that a thread keeps
 // U (or 2U) loads in flight; a pack's stores go where its loads came from
 // or elsewhere, never into another thread's packs. Streams aligned to 16.
+// The order in the source gives the compiler what __restrict__ would,
+// which the streams cannot promise: in place, x and w1 are one buffer.
 template <typename Codec, typename Op, int U>
 KIZUNA_HD void run_packs(const StepStreams<typename Codec::Storage>& s, std::uint64_t first, std::uint64_t stride,
                          std::uint64_t groups) {
