@@ -19,7 +19,10 @@
 
 namespace kizuna::kernels {
 
-inline constexpr int kFifoMaxBlocks = 16;
+// Channel sets (blocks) a launch may run: NCCL runs up to 32 channels on
+// one NVLink-connected GPU, where one block's copy rate is a fraction of
+// the link's (docs/tuning.md#device-parts).
+inline constexpr int kFifoMaxBlocks = 32;
 
 // One block's program and buffers (device pointers).
 struct FifoBlock {
@@ -40,6 +43,7 @@ struct FifoLaunch {
 };
 
 static_assert(std::is_trivially_copyable_v<FifoLaunch>);  // a kernel parameter
+static_assert(sizeof(FifoLaunch) <= 4096);                 // within every driver's parameter limit
 
 // Throws kizuna::Error(CudaError) when the launch fails.
 void launch_fifo(const FifoLaunch& launch, void* stream);

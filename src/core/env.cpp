@@ -324,7 +324,7 @@ Env Env::parse(const Lookup& lookup, const std::vector<std::string>& names) {
   if (auto v = lookup("KIZUNA_PORT_RANGE"))
     std::tie(env.port_low, env.port_high) = parse_port_range("KIZUNA_PORT_RANGE", *v);
   if (auto v = lookup("KIZUNA_CUDA_CHANNELS"))
-    env.cuda_channels = static_cast<int>(parse_int("KIZUNA_CUDA_CHANNELS", *v, 1, 16));
+    env.cuda_channels = static_cast<int>(parse_int("KIZUNA_CUDA_CHANNELS", *v, 1, 32));
   if (auto v = lookup("KIZUNA_CUDA_SLOT_BYTES")) {
     env.cuda_slot_bytes = parse_size("KIZUNA_CUDA_SLOT_BYTES", *v);
     if (env.cuda_slot_bytes < 4096 || env.cuda_slot_bytes > (16u << 20) || env.cuda_slot_bytes % 256 != 0)

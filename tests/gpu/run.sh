@@ -192,7 +192,7 @@ for n in 2 4 8; do
     "$perf" --device "$device" --threads $n -b 8 -e "$max" -f 2 $iters -c 1 --json "$work/json/threads-$n.json"
 done
 # The FIFO shape: more channel sets (blocks) and larger slots, 2 ranks.
-for shape in "16 131072" "8 524288" "16 524288"; do
+for shape in "16 131072" "32 131072" "8 524288" "16 524288"; do
   set -- $shape
   perf_sweep "kizuna-perf, 2 ranks as threads, $1 channel sets of $2-byte slots" 60 "$path_word" \
     env KIZUNA_CUDA_CHANNELS=$1 KIZUNA_CUDA_SLOT_BYTES=$2 "$perf" --device "$device" --threads 2 -b "$big" -e "$max" -f 4 \

@@ -189,8 +189,8 @@ TEST_CASE("KIZUNA_CUDA_LINK takes a round's us, a further message's us and GB/s,
 TEST_CASE("KIZUNA_CUDA_CHANNELS and KIZUNA_CUDA_SLOT_BYTES shape the GPU FIFOs, within range", "[env]") {
   CHECK(parse({}).cuda_channels == 0);
   CHECK(parse({}).cuda_slot_bytes == 0);
-  CHECK(parse({{"KIZUNA_CUDA_CHANNELS", "16"}}).cuda_channels == 16);
-  CHECK(error_of({{"KIZUNA_CUDA_CHANNELS", "17"}}).find("KIZUNA_CUDA_CHANNELS") != std::string::npos);
+  CHECK(parse({{"KIZUNA_CUDA_CHANNELS", "32"}}).cuda_channels == 32);
+  CHECK(error_of({{"KIZUNA_CUDA_CHANNELS", "33"}}).find("KIZUNA_CUDA_CHANNELS") != std::string::npos);
   CHECK(error_of({{"KIZUNA_CUDA_CHANNELS", "0"}}).find("KIZUNA_CUDA_CHANNELS") != std::string::npos);
   CHECK(parse({{"KIZUNA_CUDA_SLOT_BYTES", "512K"}}).cuda_slot_bytes == 512u << 10);
   CHECK(error_of({{"KIZUNA_CUDA_SLOT_BYTES", "1K"}}).find("4K .. 16M, a multiple of 256") != std::string::npos);
