@@ -15,6 +15,7 @@
 #include "core/check.hpp"
 #include "core/completion_poller.hpp"
 #include "core/device_table_cache.hpp"
+#include "core/log.hpp"
 #include "cuda/runtime.hpp"
 #include "cuda/copy_queue.hpp"
 #include "kernels/fifo_kernel.hpp"
@@ -105,6 +106,7 @@ struct IpcWorld::State {
   int world = 1;
   int device = 0;
   IpcGeometry geometry;
+  std::uint32_t usable_blocks = 1;     // parts a call may run at once (<= geometry.blocks)
   unsigned char* mine = nullptr;       // this rank's inbound channels
   std::vector<void*> peers;            // the peers' inbound channels, mapped
   std::vector<bool> opened;            // peers[p] came from cudaIpcOpenMemHandle (else: same process)
@@ -292,6 +294,9 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
     const std::uint32_t shape[3] = {geometry.blocks, geometry.slots, geometry.slot_bytes};
     const auto* sh = reinterpret_cast<const std::uint8_t*>(shape);
     payload.insert(payload.end(), sh, sh + sizeof shape);
+    const std::uint32_t sms = static_cast<std::uint32_t>(prop.multiProcessorCount);
+    const auto* sm = reinterpret_cast<const std::uint8_t*>(&sms);
+    payload.insert(payload.end(), sm, sm + sizeof sms);
     int mps = 0;
     KIZUNA_CUDA_CHECK(cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, device));
     payload.push_back(mps ? 1 : 0);
@@ -306,8 +311,9 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   // which wait for one another, advance one slice at a time. Every rank
   // sees every record, so all decide alike.
   constexpr std::size_t kHandle = sizeof(cudaIpcMemHandle_t), kUuid = sizeof(cudaUUID_t),
-                        kProcess = sizeof(ProcessId), kPointer = sizeof(void*), kShape = 3 * sizeof(std::uint32_t);
-  constexpr std::size_t kRecord = kHandle + kUuid + kProcess + kPointer + kShape + 1;
+                        kProcess = sizeof(ProcessId), kPointer = sizeof(void*), kShape = 3 * sizeof(std::uint32_t),
+                        kSms = sizeof(std::uint32_t);
+  constexpr std::size_t kRecord = kHandle + kUuid + kProcess + kPointer + kShape + kSms + 1;
   for (int p = 0; p < world; ++p)
     KIZUNA_CHECK(handles[p].size() == kRecord, "rank ", p, "'s CUDA IPC record has ", handles[p].size(),
                  " bytes, not ", kRecord, " (a different kizuna build?)");
@@ -322,6 +328,28 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
                    " of ", geometry.slot_bytes, ": give every rank the same KIZUNA_CUDA_CHANNELS and "
                    "KIZUNA_CUDA_SLOT_BYTES");
   }
+  // A block waits for its peers' blocks, so every block of a call, of
+  // every rank, must be resident at once, or the walk stalls until its
+  // deadline. One block per multiprocessor always fits (the kernel's launch
+  // bounds), so a call runs at most as many parts as each GPU's
+  // multiprocessors shared among the ranks on it; every rank sees every
+  // record and takes the same bound.
+  const auto same_gpu = [&](int p, int q) {
+    return std::equal(handles[p].begin() + kHandle, handles[p].begin() + kHandle + kUuid, handles[q].begin() + kHandle);
+  };
+  st->usable_blocks = geometry.blocks;
+  for (int p = 0; p < world; ++p) {
+    std::uint32_t sms = 0;
+    std::memcpy(&sms, handles[p].data() + kHandle + kUuid + kProcess + kPointer + kShape, kSms);
+    std::uint32_t sharing = 0;
+    for (int q = 0; q < world; ++q) sharing += same_gpu(p, q) ? 1 : 0;
+    st->usable_blocks = std::min(st->usable_blocks, std::max<std::uint32_t>(1, sms / sharing));
+  }
+  if (st->usable_blocks < geometry.blocks) {
+    KIZUNA_LOG(Info) << "rank " << rank << ": GPU-to-GPU calls run at most " << st->usable_blocks
+                     << " parts at once, not " << geometry.blocks
+                     << ": every rank's blocks must be resident on the multiprocessors of the GPU they share";
+  }
   const auto process_of = [&](int p) {
     ProcessId id;
     std::memcpy(&id, handles[p].data() + kHandle + kUuid, sizeof id);
@@ -329,9 +357,7 @@ std::unique_ptr<IpcWorld> IpcWorld::connect(Store& store, const std::string& pre
   };
   for (int p = 0; p < world; ++p)
     for (int q = p + 1; q < world; ++q)
-      if (std::equal(handles[p].begin() + kHandle, handles[p].begin() + kHandle + kUuid,
-                     handles[q].begin() + kHandle) &&
-          !(process_of(p) == process_of(q)) && (handles[p].back() == 0 || handles[q].back() == 0))
+      if (same_gpu(p, q) && !(process_of(p) == process_of(q)) && (handles[p].back() == 0 || handles[q].back() == 0))
         KIZUNA_THROW(ErrorCode::CudaError, "ranks ", p, " and ", q, " share a GPU without MPS: their kernels "
                      "would run one time slice at a time (start nvidia-cuda-mps-control -d for GPU to GPU "
                      "collectives between processes on one GPU; threads of one process need no MPS)");
@@ -404,8 +430,8 @@ void IpcWorld::launch(const std::vector<IpcPart>& parts, const void* input, void
                       ReduceOp op, std::size_t avg_count, double avg_divisor, void* stream_handle,
                       std::chrono::milliseconds timeout, const std::string& what, Done on_done) {
   State& st = *state_;
-  KIZUNA_CHECK_ARG(!parts.empty() && parts.size() <= st.geometry.blocks, what, ": ", parts.size(),
-                   " parts for ", st.geometry.blocks, " channel sets");
+  KIZUNA_CHECK_ARG(!parts.empty() && parts.size() <= st.usable_blocks, what, ": ", parts.size(),
+                   " parts for ", st.usable_blocks, " usable channel sets");
   std::lock_guard lock(st.mutex);
   set_device(st.device);
   auto stream = static_cast<cudaStream_t>(stream_handle);
@@ -499,7 +525,7 @@ std::string IpcWorld::how() const {
          " peer(s) in this process, shared pointers";
 }
 
-int IpcWorld::blocks() const { return static_cast<int>(state_->geometry.blocks); }
+int IpcWorld::blocks() const { return static_cast<int>(state_->usable_blocks); }
 
 void IpcWorld::abort() {
   State& st = *state_;

@@ -77,6 +77,9 @@ class IpcWorld {
               std::size_t avg_count, double avg_divisor, void* stream, std::chrono::milliseconds timeout,
               const std::string& what, Done on_done);
 
+  // Parts a call may run at once: the channel sets, or fewer where the
+  // ranks sharing a GPU could not all have that many blocks resident (one
+  // per multiprocessor among them); the same on every rank.
   int blocks() const;
 
   // How the ranks are joined: "GPU to GPU through CUDA IPC", or "GPU to GPU
