@@ -1,8 +1,9 @@
 // The FIFO walk as a kernel: each block of kThreads threads runs one part's
-// program (fifo_program.cuh) with the GPU's Sync policy. Flags are
-// read with ld.acquire.sys and written with st.release.sys, so a peer on
+// program (fifo_program.cuh) with the GPU's Sync policy. Flags are read
+// with ld.acquire.sys; a batch's ready words are written after one
+// fence.sc.sys (publish) and credits with st.release.sys, so a peer on
 // another process (CUDA IPC) sees a slot's data before its flag; the
-// block's barrier orders every thread's writes before thread 0's release.
+// block's barrier orders every thread's writes before thread 0's fence.
 #include <cuda_runtime.h>
 
 #include "core/check.hpp"

@@ -137,7 +137,7 @@ struct FifoState {
 
 // The most chunks one round moves over a channel: half the FIFO, rounded
 // up (see "Batches" above).
-KIZUNA_HD std::uint32_t fifo_batch_chunks(std::uint32_t slots) { return (slots + 1) / 2; }
+KIZUNA_HD std::uint32_t fifo_batch_chunks(std::uint32_t slots) { return slots / 2 + slots % 2; }
 
 namespace fifo_detail {
 

@@ -83,7 +83,8 @@ Work Communicator::Impl::launch_direct(const comm::Call& c, const comm::StageReq
   if (direct_tables.size() + parts.size() > 64) direct_tables.clear();
   for (const comm::DevicePart& part : parts) {
     algo::ScheduleRequest req = request_for(c, a, part.count);
-    if (part.count != c.count) req.block_stride = c.count;
+    const bool by_rank = c.collective == Collective::AllGather || c.collective == Collective::ReduceScatter;
+    if (by_rank && part.count != c.count) req.block_stride = c.count;
     auto it = direct_tables.find(schedule_key(req));
     if (it == direct_tables.end()) {
       const algo::RankSchedule schedule = algo::make_schedule(req);

@@ -161,7 +161,8 @@ std::int64_t parse_int(std::string_view variable, std::string_view text, std::in
 }
 
 std::array<double, 3> parse_link(std::string_view variable, std::string_view text) {
-  const std::string value = trim_lower(text);
+  std::string value = trim_lower(text);
+  std::erase(value, ' ');  // "3.4, 3.8, 3" as well
   std::array<double, 3> out{};
   const char* p = value.data();
   const char* end = value.data() + value.size();

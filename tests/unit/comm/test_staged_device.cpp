@@ -15,7 +15,10 @@
 
 #include <kizuna/reducer.hpp>
 
+#include <kizuna/hash_store.hpp>
+
 #include "collective_cases.hpp"
+#include "comm/comm_impl.hpp"
 #include "emulated_device.hpp"
 #include "error_of.hpp"
 #include "run_ranks.hpp"
@@ -143,6 +146,37 @@ TEST_CASE("direct device collectives (IPC emulated with threads) match the seria
   const int world = GENERATE(1, 2, 3, 4);
   INFO("world " << world);
   sweep(world, Transport::Shm, true);
+}
+
+TEST_CASE("direct device calls take their algorithm under the device link, not the host's", "[comm][staged][direct]") {
+  // docs/tuning.md#device-link-model: 4 ranks, 256 B: doubling GPU to GPU,
+  // where the host's link would take one-shot.
+  EmulatedDevice device(true);
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::shared_ptr<Communicator::Impl>> impls(4);
+  std::vector<std::string> reports(4);
+  run_ranks(4, [&](int r) {
+    CommOptions o = on_device(60s);
+    o.store = store;
+    o.name = "test/device-link";
+    o.rank = r;
+    o.world_size = 4;
+    impls[r] = Communicator::Impl::create(o);
+    comm::Call call;
+    call.count = 64;
+    if (impls[r]->choose(call, comm::Buffers::Host, comm::Placement::Unknown) != Algorithm::OneShot)
+      reports[r] = "the host's link no longer takes one-shot: pick another case";
+    Communicator c(impls[r]);
+    EmulatedStream stream;
+    std::vector<float> v(64, float(r));
+    c.all_reduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum, stream.handle()).wait();
+    if (!stream.synchronize()) reports[r] = "the stream did not finish";
+    if (reports[r].empty()) reports[r] = impls[r]->history.report(impls[r]->live, "");
+  });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << "\n" << reports[r]);
+    CHECK(reports[r].find("(doubling)") != std::string::npos);
+  }
 }
 
 TEST_CASE("a direct device call whose peer never comes times out, and its stream goes on",

@@ -179,6 +179,7 @@ TEST_CASE("KIZUNA_CUDA_LINK takes a round's us, a further message's us and GB/s,
   CHECK((*link)[1] == 3.8);
   CHECK((*link)[2] == 20.0);
   CHECK(parse({{"KIZUNA_CUDA_LINK", "2,0,100"}}).cuda_link.has_value());  // a further message may be free
+  CHECK(parse({{"KIZUNA_CUDA_LINK", "3.4, 3.8, 3"}}).cuda_link == std::array<double, 3>{3.4, 3.8, 3.0});
   for (const char* bad : {"", "3.4", "3.4,3.8", "3.4,3.8,20,1", "0,1,1", "1,-1,1", "1,1,0", "a,b,c", "1;1;1",
                           "inf,1,1", "1,1,1x"}) {
     CAPTURE(bad);
