@@ -124,8 +124,13 @@ struct IpcWorld::State {
   std::uint32_t* status_host = nullptr;  // mapped pinned, kStatusSlots
   std::uint32_t* status_dev = nullptr;
   cudaEvent_t last = nullptr;
+  cudaStream_t last_stream = nullptr;  // the stream of the last call launched
   bool launched = false;
   std::uint64_t calls = 0;
+  // Each call's completion event, reused: creating and destroying one a
+  // call costs the host two more driver calls on the small call's path.
+  std::mutex events_mutex;
+  std::vector<cudaEvent_t> spare_events;
   void* scratch = nullptr;
   std::size_t scratch_bytes = 0;
   kernels::FifoSend* pending = nullptr;  // the walks' send queues: per block, an entry per step
@@ -160,7 +165,8 @@ struct IpcWorld::State {
   ~State() {
     // Nothing may be running on the channels when they go: wait for it.
     if (launched) cudaEventSynchronize(last);
-    completions.reset();
+    completions.reset();  // every call's event back among the spare ones
+    for (cudaEvent_t e : spare_events) cudaEventDestroy(e);
     tables.clear();
     if (uploads) cudaStreamSynchronize(uploads);
     // After an abort (ours, or a kernel that gave up) the peers' kernels
@@ -191,6 +197,25 @@ struct IpcWorld::State {
     if (uploads) cudaStreamDestroy(uploads);
     if (abort_host) cudaFreeHost(abort_host);
     if (status_host) cudaFreeHost(status_host);
+  }
+
+  // A call's completion event: a spare one, or a new one.
+  cudaEvent_t take_event() {
+    {
+      std::lock_guard lock(events_mutex);
+      if (!spare_events.empty()) {
+        const cudaEvent_t e = spare_events.back();
+        spare_events.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    KIZUNA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void give_back_event(cudaEvent_t e) {
+    std::lock_guard lock(events_mutex);
+    spare_events.push_back(e);
   }
 
   // Whether every chunk this rank sent has come home as a credit in its
@@ -481,27 +506,31 @@ void IpcWorld::launch(const std::vector<IpcPart>& parts, const void* input, void
   for (std::size_t b = 0; b < parts.size(); ++b)
     st.status_host[slot + b] = static_cast<std::uint32_t>(kernels::FifoStatus::Running);
   l.status = st.status_dev + slot;
-  // Calls run in call order whatever their streams: the channels are shared.
-  if (st.launched) KIZUNA_CUDA_CHECK(cudaStreamWaitEvent(stream, st.last, 0));
+  // Calls run in call order whatever their streams: the channels are
+  // shared. On the last call's stream the order holds already (but not on
+  // cudaStreamPerThread, whose handle names each thread's own stream).
+  if (st.launched && (stream != st.last_stream || stream == cudaStreamPerThread))
+    KIZUNA_CUDA_CHECK(cudaStreamWaitEvent(stream, st.last, 0));
   kernels::launch_fifo(l, stream);
   if (op == ReduceOp::Avg && avg_count > 0) kernels::scale(output, avg_count, dtype, avg_divisor, stream);
   KIZUNA_CUDA_CHECK(cudaEventRecord(st.last, stream));
   st.launched = true;
+  st.last_stream = stream;
   // Completion by polling an event of the call's own, never by a CUDA host
   // function: those are not called once the context has an error, and
   // on_done must not run on CUDA's callback thread (core/completion_poller.hpp).
-  cudaEvent_t done = nullptr;
-  KIZUNA_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  cudaEvent_t done = st.take_event();
   const cudaError_t recorded = cudaEventRecord(done, stream);
   if (recorded != cudaSuccess) {
-    cudaEventDestroy(done);
+    st.give_back_event(done);
     KIZUNA_CUDA_CHECK(recorded);
   }
   const volatile std::uint32_t* status = st.status_host + slot;
   const int blocks = static_cast<int>(parts.size());
   std::uint32_t* abort_flag = st.abort_host;
   const int device = st.device;
-  auto event = std::shared_ptr<CUevent_st>(done, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  State* world = &st;  // outlives the poller, which ~State resets first
+  auto event = std::shared_ptr<CUevent_st>(done, [world](cudaEvent_t e) { world->give_back_event(e); });
   st.completions->watch({[event, status, blocks, abort_flag, what, device] {
                           set_device(device);
                           const cudaError_t q = cudaEventQuery(event.get());
