@@ -11,6 +11,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
+#include "cuda/event_pool.hpp"
 #include "cuda/runtime.hpp"
 
 namespace kizuna::cuda {
@@ -65,30 +66,11 @@ struct CopyQueue::Shared {
   std::atomic<std::uint64_t> opened{0};
   std::mutex mutex;
   std::condition_variable cv;
-  std::vector<cudaEvent_t> events;  // free events, under mutex
-
-  cudaEvent_t take_event() {
-    {
-      std::lock_guard lock(mutex);
-      if (!events.empty()) {
-        cudaEvent_t e = events.back();
-        events.pop_back();
-        return e;
-      }
-    }
-    cudaEvent_t e = nullptr;
-    KIZUNA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    return e;
-  }
-  void give_event(cudaEvent_t e) {
-    std::lock_guard lock(mutex);
-    events.push_back(e);
-  }
+  EventPool events;
 
   ~Shared() {
     // Events and the word die with the queue, once nothing uses them (the
     // last owner is never CUDA's callback thread: see ~CopyQueue).
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
     if (word) cudaFreeHost(const_cast<std::uint32_t*>(word));
   }
 };
@@ -183,10 +165,10 @@ std::shared_ptr<unsigned char> CopyQueue::host_buffer(std::size_t bytes) {
 // `after` waits for everything `before` was given so far. The event may
 // be recorded again as soon as the wait is enqueued.
 static void order(CopyQueue::Shared& shared, cudaStream_t before, cudaStream_t after) {
-  cudaEvent_t e = shared.take_event();
+  cudaEvent_t e = shared.events.take();
   cudaError_t status = cudaEventRecord(e, before);
   if (status == cudaSuccess) status = cudaStreamWaitEvent(after, e, 0);
-  shared.give_event(e);
+  shared.events.give(e);
   KIZUNA_CUDA_CHECK(status);
 }
 
@@ -203,9 +185,9 @@ void CopyQueue::copy_to_device(void* device, const void* host, std::size_t bytes
 }
 
 std::function<bool()> CopyQueue::mark() {
-  cudaEvent_t e = shared_->take_event();
+  cudaEvent_t e = shared_->events.take();
   // The event goes back to the pool with the last copy of the mark.
-  std::shared_ptr<CUevent_st> event(e, [shared = shared_](cudaEvent_t ev) { shared->give_event(ev); });
+  std::shared_ptr<CUevent_st> event(e, [shared = shared_](cudaEvent_t ev) { shared->events.give(ev); });
   KIZUNA_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(stream_)));
   return [event] {
     const cudaError_t status = cudaEventQuery(event.get());

@@ -18,6 +18,7 @@
 #include "core/log.hpp"
 #include "cuda/runtime.hpp"
 #include "cuda/copy_queue.hpp"
+#include "cuda/event_pool.hpp"
 #include "kernels/fifo_kernel.hpp"
 #include "kernels/fifo_layout.hpp"
 
@@ -127,10 +128,8 @@ struct IpcWorld::State {
   cudaStream_t last_stream = nullptr;  // the stream of the last call launched
   bool launched = false;
   std::uint64_t calls = 0;
-  // Each call's completion event, reused: creating and destroying one a
-  // call costs the host two more driver calls on the small call's path.
-  std::mutex events_mutex;
-  std::vector<cudaEvent_t> spare_events;
+  // Each call's completion event, reused.
+  EventPool events;
   void* scratch = nullptr;
   std::size_t scratch_bytes = 0;
   kernels::FifoSend* pending = nullptr;  // the walks' send queues: per block, an entry per step
@@ -165,8 +164,7 @@ struct IpcWorld::State {
   ~State() {
     // Nothing may be running on the channels when they go: wait for it.
     if (launched) cudaEventSynchronize(last);
-    completions.reset();  // every call's event back among the spare ones
-    for (cudaEvent_t e : spare_events) cudaEventDestroy(e);
+    completions.reset();  // every call's event back in the pool
     tables.clear();
     if (uploads) cudaStreamSynchronize(uploads);
     // After an abort (ours, or a kernel that gave up) the peers' kernels
@@ -197,25 +195,6 @@ struct IpcWorld::State {
     if (uploads) cudaStreamDestroy(uploads);
     if (abort_host) cudaFreeHost(abort_host);
     if (status_host) cudaFreeHost(status_host);
-  }
-
-  // A call's completion event: a spare one, or a new one.
-  cudaEvent_t take_event() {
-    {
-      std::lock_guard lock(events_mutex);
-      if (!spare_events.empty()) {
-        const cudaEvent_t e = spare_events.back();
-        spare_events.pop_back();
-        return e;
-      }
-    }
-    cudaEvent_t e = nullptr;
-    KIZUNA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    return e;
-  }
-  void give_back_event(cudaEvent_t e) {
-    std::lock_guard lock(events_mutex);
-    spare_events.push_back(e);
   }
 
   // Whether every chunk this rank sent has come home as a credit in its
@@ -519,18 +498,18 @@ void IpcWorld::launch(const std::vector<IpcPart>& parts, const void* input, void
   // Completion by polling an event of the call's own, never by a CUDA host
   // function: those are not called once the context has an error, and
   // on_done must not run on CUDA's callback thread (core/completion_poller.hpp).
-  cudaEvent_t done = st.take_event();
+  cudaEvent_t done = st.events.take();
   const cudaError_t recorded = cudaEventRecord(done, stream);
   if (recorded != cudaSuccess) {
-    st.give_back_event(done);
+    st.events.give(done);
     KIZUNA_CUDA_CHECK(recorded);
   }
   const volatile std::uint32_t* status = st.status_host + slot;
   const int blocks = static_cast<int>(parts.size());
   std::uint32_t* abort_flag = st.abort_host;
   const int device = st.device;
-  State* world = &st;  // outlives the poller, which ~State resets first
-  auto event = std::shared_ptr<CUevent_st>(done, [world](cudaEvent_t e) { world->give_back_event(e); });
+  EventPool* pool = &st.events;  // outlives the poller, which ~State resets first
+  auto event = std::shared_ptr<CUevent_st>(done, [pool](cudaEvent_t e) { pool->give(e); });
   st.completions->watch({[event, status, blocks, abort_flag, what, device] {
                           set_device(device);
                           const cudaError_t q = cudaEventQuery(event.get());
