@@ -168,10 +168,7 @@ KIZUNA_HD void queue_send(const FifoProgram& prog, FifoState<S>& st, const S* sr
 
 KIZUNA_HD std::uint64_t slot_elems(const FifoProgram& p, std::uint64_t elem) { return p.slot_bytes / elem; }
 
-KIZUNA_HD std::uint64_t min3(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  const std::uint64_t ab = a < b ? a : b;
-  return ab < c ? ab : c;
-}
+KIZUNA_HD std::uint64_t least(std::uint64_t a, std::uint64_t b) { return a < b ? a : b; }
 
 // Thread 0: the next action, waiting (through sync.keep_waiting()) while
 // nothing can move.
@@ -198,14 +195,14 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       const std::uint64_t at = sent % p.slots;
       const std::uint64_t left = s.count - s.done;
       const std::uint64_t room = p.slots - (sent - released);
-      const std::uint64_t chunks = min3(room < p.slots - at ? room : p.slots - at, fifo_batch_chunks(p.slots),
-                                        (left + chunk - 1) / chunk);
+      const std::uint64_t chunks =
+          least(least(room, p.slots - at), least(fifo_batch_chunks(p.slots), (left + chunk - 1) / chunk));
       st.action = Action::SendChunk;
       st.work = DeviceStep{};
       st.work.op = DeviceOp::Send;
       st.in = nullptr;
       st.out = reinterpret_cast<S*>(ch.data + at * p.slot_bytes);
-      st.n = left < chunks * chunk ? left : chunks * chunk;
+      st.n = least(left, chunks * chunk);
       st.chunks = static_cast<std::uint32_t>(chunks);
       st.peer = s.peer;
       st.sending = i;
@@ -248,7 +245,7 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
       const FifoChannel& ch = p.in[s.recv_peer];
       const std::uint64_t at = got % p.slots;
       const std::uint64_t left = s.count - st.step_done;
-      const std::uint64_t most = min3(p.slots - at, fifo_batch_chunks(p.slots), (left + chunk - 1) / chunk);
+      const std::uint64_t most = least(least(p.slots - at, fifo_batch_chunks(p.slots)), (left + chunk - 1) / chunk);
       std::uint64_t chunks = 0;
       for (; chunks < most; ++chunks) {
         const std::uint64_t published = sync.load_acquire(ch.ready + at + chunks);
@@ -259,7 +256,7 @@ KIZUNA_HD void decide(const FifoProgram& p, const StepBuffers<S>& b, FifoState<S
         if (published != got + chunks + 1) break;
       }
       if (chunks == 0) break;
-      const std::uint64_t n = left < chunks * chunk ? left : chunks * chunk;
+      const std::uint64_t n = least(left, chunks * chunk);
       st.action = Action::RecvChunk;
       st.work = s;
       st.work.op = s.op == DeviceOp::RecvReduceSend ? DeviceOp::RecvReduce
