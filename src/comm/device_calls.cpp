@@ -80,10 +80,10 @@ Work Communicator::Impl::launch_direct(const comm::Call& c, const comm::StageReq
   // dangling.)
   const auto parts = comm::split_parts(c.collective, c.count, elem, device->direct_parts(), tuning.direct_part_bytes,
                                        comm::RankBlocks::Strided);
+  const bool by_rank = c.collective == Collective::AllGather || c.collective == Collective::ReduceScatter;
   if (direct_tables.size() + parts.size() > 64) direct_tables.clear();
   for (const comm::DevicePart& part : parts) {
     algo::ScheduleRequest req = request_for(c, a, part.count);
-    const bool by_rank = c.collective == Collective::AllGather || c.collective == Collective::ReduceScatter;
     if (by_rank && part.count != c.count) req.block_stride = c.count;
     auto it = direct_tables.find(schedule_key(req));
     if (it == direct_tables.end()) {

@@ -235,7 +235,6 @@ std::string Tuning::describe() const {
   if (link.large_all_reduce_from != UINT64_MAX)
     out << "; " << algo::name(link.large_all_reduce) << " from " << bytes_text(link.large_all_reduce_from);
   out << "; slices of " << bytes_text(slice_bytes) << "\n";
-
   if (!profile.empty()) {
     out << "  profile      " << profile << (private_bands.empty() && symmetric_bands.empty() ? " (link only: a route threshold is set)" : "") << "\n";
     auto measured = [](MeasuredPlacement p) -> std::string {
