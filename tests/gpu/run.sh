@@ -19,11 +19,12 @@
 # 4 under MPS: processes GPU to GPU through CUDA IPC, DDP; 5 kizuna-perf
 # --device cuda sweeps, 8 B .. 256 MiB, 2/4/8 ranks, threads and processes,
 # and 8 B .. 4 MiB with each algorithm forced, 4 and 8 ranks as threads;
-# 6 a rank killed in a GPU-to-GPU and in a staged collective, MPS stopped.
+# 6 a rank killed in a GPU-to-GPU and in a staged collective, MPS stopped;
+# 7 the measured figures against the issue's two targets.
 #
 # Output goes to the terminal line by line and to $OUT (default
 # build/gpu-out): run.log, and results.tar.gz with kizuna-perf's JSON and
-# MPS's logs. The last line is PASS or FAIL; the exit status is 1 on any
+# CSV and MPS's logs. The last line is PASS or FAIL; the exit status is 1 on any
 # failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,7 +46,7 @@ out=${OUT:-$root/build/gpu-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d /tmp/kizuna-gpu.XXXXXX)
-mkdir -p "$work/json" "$work/mps-log"
+mkdir -p "$work/json" "$work/csv" "$work/mps-log"
 exec > >(stdbuf -oL tee "$out/run.log") 2>&1
 start=$(date +%s)
 
@@ -142,7 +143,7 @@ fi
 
 # ---- 2. without MPS -----------------------------------------------------------
 echo "## 2. without MPS"
-step "device-to-device copy rate" 60 "$d2d"
+step "device-to-device copy rate" 60 bash -c 'set -o pipefail; "$1" | tee "$2"' _ "$d2d" "$work/d2d.txt"
 step "reduce kernels against the CPU" 60 "$test_gpu" --step reduce
 for n in 2 4 8; do
   step "$n ranks as threads, kernel path, every collective" 90 "$test_gpu" --step threads $n
@@ -189,7 +190,8 @@ fi
 echo "## 5. kizuna-perf --device $device, all_reduce float32 sum, 8 B .. $max"
 for n in 2 4 8; do
   perf_sweep "kizuna-perf, $n ranks as threads" 90 "$path_word" \
-    "$perf" --device "$device" --threads $n -b 8 -e "$max" -f 2 $iters -c 1 --json "$work/json/threads-$n.json"
+    "$perf" --device "$device" --threads $n -b 8 -e "$max" -f 2 $iters -c 1 --json "$work/json/threads-$n.json" \
+    --csv "$work/csv/threads-$n.csv"
 done
 # The FIFO shape: more channel sets (blocks) and larger slots, 2 ranks.
 for shape in "16 131072" "32 131072" "8 524288" "16 524288"; do
@@ -211,7 +213,7 @@ if [ $mps = 1 ] || [ $dry = 1 ]; then
   for n in 2 4 8; do
     perf_sweep "kizuna-perf, $n processes" 90 "$path_word" \
       "$launcher" --nproc-per-node $n -- "$perf" --device "$device" -b 8 -e "$max" -f 2 $iters -c 1 \
-      --json "$work/json/procs-$n.json"
+      --json "$work/json/procs-$n.json" --csv "$work/csv/procs-$n.csv"
   done
 fi
 
@@ -224,7 +226,30 @@ if [ $mps = 1 ]; then
   cp -r "$CUDA_MPS_LOG_DIRECTORY"/. "$work/mps-log/" 2>/dev/null
 fi
 
-tar -czf "$out/results.tar.gz" -C "$work" json mps-log
+# ---- 7. the targets, as measured above (reported, not asserted) ----------------
+# kizuna-perf's CSV columns: ... 5 world_size, 6 size, 11 placement, 12 time_us, 14 busbw_GBps.
+echo "## 7. against the targets (docs/performance.md#gpu-nvidia-h200)"
+slowest_small() {  # the slowest out-of-place call from 8 B to 64 KiB
+  [ -f "$1" ] && awk -F, 'NR > 1 && $6 <= 65536 && $11 == "out_of_place" && $12 > m { m = $12 } END { if (NR > 1) printf "%.1f us", m }' "$1"
+}
+echo "   2 ranks, 8 B .. 64 KiB, target under 10 us a call: at most $(slowest_small "$work/csv/threads-2.csv") as threads," \
+     "$(slowest_small "$work/csv/procs-2.csv" || echo 'not run') as processes"
+copy=$(awk '{ for (i = 1; i < NF; i++) if ($i == "traffic" && $(i + 1) + 0 > t) t = $(i + 1) + 0 } END { if (t) print t }' \
+  "$work/d2d.txt" 2>/dev/null)
+for n in 2 4 8; do
+  # Each bus byte is written into a FIFO slot and read from it, on each of
+  # n ranks of one GPU: at least 2n bytes of memory traffic.
+  [ -f "$work/csv/threads-$n.csv" ] && awk -F, -v n=$n -v copy="$copy" '
+    NR > 1 && $11 == "out_of_place" && $6 + 0 >= size { size = $6 + 0; busbw = $14 + 0 }
+    END {
+      traffic = 2 * n * busbw
+      printf "   %d ranks as threads at %d B: busbw %.1f GB/s, memory traffic at least %.0f GB/s", n, size, busbw, traffic
+      if (copy) printf ", %.0f%% of the copy'"'"'s %.0f GB/s (target 70%%)\n", 100 * traffic / copy, copy
+      else printf " (no copy rate measured)\n"
+    }' "$work/csv/threads-$n.csv"
+done
+
+tar -czf "$out/results.tar.gz" -C "$work" json csv mps-log
 rm -rf "$work"
 echo "# $passed passed, $skipped skipped, ${#failed[@]} failed, $(($(date +%s) - start)) s"
 for f in "${failed[@]}"; do echo "# failed: $f"; done
